@@ -1,0 +1,1 @@
+"""Hooks that see collectives, p2p, groups, meshes and DTensor redistributions (needs torch)."""

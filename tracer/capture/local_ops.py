@@ -1,0 +1,171 @@
+"""Capture under LocalTensorMode: one process runs all N ranks in lockstep.
+
+LocalTensorMode answers c10d and functional-collective ops itself in `__torch_dispatch__`
+(they never reach a backend), so that is where we listen: a wrapper that looks at the op's
+namespace and, for collectives, describes the call once; the recorder then writes it on every
+member of every sibling group with that rank's own shapes (uneven shards, a2a splits).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed._local_tensor import LocalTensor, LocalTensorMode, _map_to_rank_local_val
+from torch.distributed._local_tensor import _c10d as local_c10d
+
+from tracer.capture.patches import Patcher
+from tracer.capture.process_group import RecordingWork, reduce_name
+from tracer.capture.recorder import Call, GroupRef, RecordError, Recorder
+
+_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_dtensor"})
+
+# op schema name -> (recorded op, how to read the arguments)
+_C10D = {
+    "c10d::allreduce_": "all_reduce", "c10d::allreduce_coalesced_": "all_reduce_coalesced",
+    "c10d::allgather_": "all_gather", "c10d::allgather_coalesced_": "all_gather_coalesced",
+    "c10d::_allgather_base_": "all_gather_into_tensor",
+    "c10d::allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
+    "c10d::reduce_scatter_": "reduce_scatter", "c10d::_reduce_scatter_base_": "reduce_scatter_tensor",
+    "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
+    "c10d::broadcast_": "broadcast", "c10d::reduce_": "reduce", "c10d::gather_": "gather",
+    "c10d::scatter_": "scatter", "c10d::alltoall_": "all_to_all", "c10d::alltoall_base_": "all_to_all_single",
+    "c10d::barrier": "barrier",
+}
+_FUNCTIONAL = {
+    "_c10d_functional::all_reduce": "all_reduce", "_c10d_functional::all_reduce_": "all_reduce",
+    "_c10d_functional::all_reduce_coalesced": "all_reduce_coalesced",
+    "_c10d_functional::all_reduce_coalesced_": "all_reduce_coalesced",
+    "_c10d_functional::all_gather_into_tensor": "all_gather_into_tensor",
+    "_c10d_functional::all_gather_into_tensor_out": "all_gather_into_tensor",
+    "_c10d_functional::all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "_c10d_functional::reduce_scatter_tensor": "reduce_scatter_tensor",
+    "_c10d_functional::reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "_c10d_functional::all_to_all_single": "all_to_all_single",
+    "_c10d_functional::broadcast": "broadcast", "_c10d_functional::broadcast_": "broadcast",
+    "_dtensor::shard_dim_alltoall": "all_to_all_single",
+}
+_P2P = frozenset({"c10d::send", "c10d::recv_", "c10d::recv_any_source_"})
+
+
+def _flat(x) -> list:
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in _flat(item)]
+    return [x]
+
+
+def _pg(x):
+    if isinstance(x, str):
+        return dist.distributed_c10d._resolve_process_group(x)
+    if isinstance(x, torch._C.ScriptObject):
+        return dist.ProcessGroup.unbox(x)
+    return x
+
+
+def _arguments(func, args, kwargs) -> dict[str, Any]:
+    names = [a.name for a in func._schema.arguments]
+    out = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
+    out.update(zip(names, args))
+    out.update(kwargs)
+    return out
+
+
+def _describe(name: str, a: dict, result) -> Call:
+    """Build the Call for a c10d op (before it runs) or a functional op (after, from its result)."""
+    if name in _C10D:
+        op = _C10D[name]
+        call = Call(op, _pg(a["process_group"]), async_op=bool(a.get("async_op", False)))
+        if op in ("all_reduce", "all_reduce_coalesced", "broadcast", "reduce"):
+            call.inputs = call.outputs = list(a["tensors"])
+        elif op == "barrier":
+            pass
+        else:
+            ins = a.get("input_tensors", a.get("input_tensor", a.get("inputs")))
+            outs = a.get("output_tensors", a.get("output_tensor", a.get("outputs")))
+            call.inputs, call.outputs = _flat(ins), _flat(outs)
+        if "reduce_op" in a:
+            call.reduce_op = reduce_name(a["reduce_op"])
+        if "root_rank" in a:
+            call.root = int(a["root_rank"])
+        if op == "all_to_all_single":
+            call.splits = (list(a["input_split_sizes"]), list(a["output_split_sizes"]))
+        if op in ("all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced") and len(call.inputs) == 1:
+            call.op = op.removesuffix("_coalesced")
+        return call
+    op = _FUNCTIONAL[name]
+    group = a.get("group_name", a.get("group"))
+    call = Call(op, _pg(group), async_op=True)
+    ins = a.get("input", a.get("inputs"))
+    call.inputs = _flat(ins)
+    call.outputs = _flat(a["out"]) if "out" in a else _flat(result)
+    if "reduce_op" in a:
+        call.reduce_op = reduce_name(a["reduce_op"])
+    if "src" in a:
+        call.root = int(a["src"])
+    if op == "all_to_all_single":
+        if "input_split_sizes" in a:
+            call.splits = (list(a["input_split_sizes"] or []), list(a["output_split_sizes"] or []))
+    if len(call.inputs) == 1 and op.endswith("_coalesced") and op != "all_reduce_coalesced":
+        call.op = op.removesuffix("_coalesced")
+    return call
+
+
+def _view(x, rank: int):
+    return _map_to_rank_local_val(x, rank) if isinstance(x, (LocalTensor, torch.SymInt)) else x
+
+
+def install(p: Patcher, rec: Recorder) -> None:
+    """Record collectives that LocalTensorMode answers; refuse p2p (SPMD cannot simulate it)."""
+    rec.view = _view
+    rec.siblings = lambda pg, g: _siblings(rec, pg, g)
+    orig = LocalTensorMode.__torch_dispatch__
+    waits: dict[int, dict[int, int]] = {}  # id(output tensor) -> {rank: event index}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace not in _NAMESPACES or rec.busy:
+            return orig(self, func, types, args, kwargs)
+        name = func._schema.name
+        kwargs = kwargs or {}
+        if name in _P2P:
+            raise RecordError("p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
+                              "in lockstep); record this program with --mode fake")
+        if name == "_c10d_functional::wait_tensor":
+            indices = waits.pop(id(args[0]), None)
+            if indices:
+                rec.waited(indices)
+            return orig(self, func, types, args, kwargs)
+        if name not in _C10D and name not in _FUNCTIONAL:
+            return orig(self, func, types, args, kwargs)
+        rec.busy = True
+        try:
+            result = orig(self, func, types, args, kwargs)
+        finally:
+            rec.busy = False
+        call = _describe(name, _arguments(func, args, kwargs), result)
+        indices = rec.record(call)
+        if name in _C10D:
+            if call.async_op and isinstance(result, tuple) and len(result) == 2:
+                return result[0], dist.Work.boxed(RecordingWork(rec, indices, True))
+            return result
+        for t in _flat(result):
+            waits[id(t)] = indices
+        return result
+
+    p.set(LocalTensorMode, "__torch_dispatch__", __torch_dispatch__)
+
+
+def _siblings(rec: Recorder, pg, g: GroupRef) -> list[GroupRef]:
+    """The group as every simulated rank sees it: rank 0's group shifted over the world."""
+    ranks, offsets, offset = local_c10d._prepare_collective_groups(pg)
+    names = rec.created.get((g.desc, g.ranks), [])
+    k = names.index(g.name) if g.name in names else 0
+    out = []
+    for o in offsets:
+        members = tuple(o + r for r in ranks)
+        if members == g.ranks:
+            out.append(g)
+            continue
+        same = rec.created.get((g.desc, members), [])
+        out.append(GroupRef(same[k] if k < len(same) else f"{g.name}@{members[0]}", members, g.desc))
+    return out

@@ -1,0 +1,216 @@
+"""Hooks on the torch.distributed Python entry points that are not collectives themselves:
+process-group creation, DeviceMesh construction and slicing, DTensor redistribution, and the
+p2p / batching wrappers. Each hook calls the original and writes one event per rank.
+
+Functions imported by name elsewhere in torch (e.g. `redistribute_local_tensor`) are replaced
+in every loaded torch.distributed module, so no call path is missed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+import threading
+from typing import Any, Callable
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from tracer.capture import process_group as rpg
+from tracer.capture.recorder import GroupRef, RecordError, Recorder
+
+_tls = threading.local()
+
+
+class Patcher:
+    """Replaces attributes and puts them back."""
+
+    def __init__(self):
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def set(self, owner, name: str, value) -> None:
+        self._undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def everywhere(self, orig: Callable, new: Callable) -> None:
+        """Replace `orig` in every loaded torch.distributed module that holds it by name."""
+        for mod_name, mod in list(sys.modules.items()):
+            if mod is None or not (mod_name == "torch" or mod_name.startswith("torch.distributed")):
+                continue
+            for attr, value in list(vars(mod).items()):
+                if value is orig:
+                    self.set(mod, attr, new)
+
+    def undo(self) -> None:
+        for owner, name, value in reversed(self._undo):
+            setattr(owner, name, value)
+        self._undo.clear()
+
+
+def install(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> None:
+    """Hook everything; `rank` is the process's own rank (0 in local mode)."""
+    rpg.register_backend()
+    rpg.RecordingProcessGroup.recorder = rec
+    _install_init(p, rec, rank=rank, world_size=world_size)
+    _install_groups(p, rec)
+    _install_mesh(p, rec)
+    _install_dtensor(p, rec)
+    _install_p2p(p, rec)
+
+
+# ---- process groups ------------------------------------------------------------------------
+def _install_init(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> None:
+    orig = c10d.init_process_group
+
+    sig = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def init_process_group(*args, **kwargs):
+        asked = sig.bind(*args, **kwargs).arguments
+        size = asked.get("world_size", -1)
+        if size not in (None, -1) and int(size) != world_size:
+            raise RecordError(f"the program calls init_process_group(world_size={size}) "
+                              f"but the recording simulates {world_size} ranks (--world-size)")
+        keep = {k: asked[k] for k in ("timeout", "group_name") if k in asked}
+        orig(backend=rpg.BACKEND, store=dist.HashStore(), rank=rank, world_size=world_size, **keep)
+        pg = c10d._get_default_group()
+        g = GroupRef(str(pg.group_name), tuple(range(world_size)), "default_pg")
+        rec.note_group("init_process_group", g, {"api": "init_process_group"})
+
+    p.everywhere(orig, init_process_group)
+
+
+def _install_groups(p: Patcher, rec: Recorder) -> None:
+    orig_name = c10d._process_group_name
+
+    def _process_group_name(ranks, use_hashed_name):
+        name = orig_name(ranks, use_hashed_name)
+        _tls.last_name = str(name)
+        return name
+
+    p.set(c10d, "_process_group_name", _process_group_name)
+
+    orig_new = c10d._new_group_with_tag
+
+    @functools.wraps(orig_new)
+    def _new_group_with_tag(ranks=None, *args, **kwargs):
+        _tls.last_name = None
+        pg = orig_new(ranks, *args, **kwargs)
+        world = c10d._get_default_group().size()
+        members = tuple(sorted(ranks)) if ranks else tuple(range(world))
+        if kwargs.get("sort_ranks") is False and ranks:
+            members = tuple(ranks)
+        desc = kwargs.get("group_desc") or "undefined"
+        name = _tls.last_name if _tls.last_name is not None else str(getattr(pg, "group_name", "?"))
+        rec.note_group("new_group", GroupRef(name, members, desc), {"api": "new_group"})
+        return pg
+
+    p.set(c10d, "_new_group_with_tag", _new_group_with_tag)
+
+    orig_split = c10d.split_group
+
+    @functools.wraps(orig_split)
+    def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None, group_desc=None, backend=None):
+        pg = orig_split(parent_pg, split_ranks, timeout, pg_options, group_desc, backend)
+        desc = group_desc or "undefined"
+        for sub in split_ranks or []:
+            sub = tuple(sorted(sub))
+            on = [r for r in rec.ranks if r in sub]
+            name = str(pg.group_name) if pg is not None and rec.mode == "fake" else c10d._hash_ranks_to_str(list(sub))
+            if on:
+                rec.note_group("split_group", GroupRef(name, sub, desc), {"api": "split_group"}, on_ranks=on)
+        return pg
+
+    p.everywhere(orig_split, split_group)
+
+
+# ---- DeviceMesh ----------------------------------------------------------------------------
+def _mesh_info(mesh, how: str, rank: int, view) -> dict:
+    ranks = view(mesh.mesh, rank)
+    return {"how": how, "shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names or ()),
+            "ranks": [int(x) for x in ranks.flatten().tolist()]}
+
+
+def _install_mesh(p: Patcher, rec: Recorder) -> None:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    def emit(mesh, how: str) -> None:
+        for r in rec.ranks:  # fake mode: only this process's rank; local mode: all
+            rec.event(r, "mesh", info=_mesh_info(mesh, how, r, rec.view))
+
+    def wrap(name: str, how: str):
+        orig = getattr(DeviceMesh, name)
+
+        @functools.wraps(orig)
+        def method(self, *args, **kwargs):
+            depth = getattr(_tls, "mesh_depth", 0)
+            _tls.mesh_depth = depth + 1
+            try:
+                out = orig(self, *args, **kwargs)
+            finally:
+                _tls.mesh_depth = depth
+            if depth == 0 and isinstance(out, DeviceMesh):
+                emit(out, how)
+            elif depth == 0 and how == "init":
+                emit(self, how)
+            return out
+
+        p.set(DeviceMesh, name, method)
+
+    wrap("__init__", "init")
+    wrap("__getitem__", "slice")
+    wrap("_flatten", "flatten")
+    if hasattr(DeviceMesh, "_unflatten"):
+        wrap("_unflatten", "unflatten")
+
+
+# ---- DTensor -------------------------------------------------------------------------------
+def _install_dtensor(p: Patcher, rec: Recorder) -> None:
+    from torch.distributed.tensor import _redistribute
+
+    orig = _redistribute.redistribute_local_tensor
+
+    @functools.wraps(orig)
+    def redistribute_local_tensor(local_tensor, current_spec, target_spec, *args, **kwargs):
+        if current_spec.placements == target_spec.placements:
+            return orig(local_tensor, current_spec, target_spec, *args, **kwargs)
+        mesh = current_spec.mesh
+        info = {"mesh": list(mesh.mesh_dim_names or ()), "mesh_shape": list(mesh.shape),
+                "src": [str(x) for x in current_spec.placements], "dst": [str(x) for x in target_spec.placements],
+                "shape": list(current_spec.shape)}
+        indices = {}
+        for r in rec.ranks:
+            t = rec.view(local_tensor, r)
+            indices[r] = rec.event(r, "redistribute", dtype=str(t.dtype).removeprefix("torch."),
+                                   in_shapes=[list(t.shape)], info=info)
+        with rec.parent(indices):
+            return orig(local_tensor, current_spec, target_spec, *args, **kwargs)
+
+    p.everywhere(orig, redistribute_local_tensor)
+
+
+# ---- p2p and batching ----------------------------------------------------------------------
+def _install_p2p(p: Patcher, rec: Recorder) -> None:
+    for name in ("send", "recv"):
+        orig = getattr(c10d, name)
+        p.everywhere(orig, rpg.blocking_p2p(orig))
+
+    orig_batch = c10d.batch_isend_irecv
+
+    @functools.wraps(orig_batch)
+    def batch_isend_irecv(p2p_op_list):
+        with rec.batch():
+            return orig_batch(p2p_op_list)
+
+    p.everywhere(orig_batch, batch_isend_irecv)
+
+    orig_cm = c10d._coalescing_manager
+
+    @contextlib.contextmanager
+    def _coalescing_manager(*args, **kwargs):
+        with rec.batch(), orig_cm(*args, **kwargs) as cm:
+            yield cm
+
+    p.everywhere(orig_cm, _coalescing_manager)

@@ -1,0 +1,194 @@
+"""The recording process group: the fake backend, with every call written down.
+
+Registered as the c10d backend "commtrace". torch accepts a Python ProcessGroup subclass as a
+backend, and every path that issues a collective ends in one of these methods: the c10d API
+(incl. async_op), the functional collectives DTensor/TP use (through their C++ ops), FSDP2's
+all-gather / reduce-scatter and the coalescing manager. Like torch's fake backend, nothing is
+communicated: outputs keep whatever bytes they had; only the metadata is recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch.distributed as dist
+
+from tracer.capture.recorder import Call, Recorder
+
+BACKEND = "commtrace"
+_state = threading.local()  # set by the c10d send/recv wrappers: the p2p call is blocking
+
+
+def reduce_name(op) -> str:
+    """'sum', 'max', 'avg', ... from a ReduceOp, its RedOpType or a functional-collective string."""
+    if isinstance(op, str):
+        return op.lower()
+    inner = getattr(op, "op", op)
+    name = getattr(inner, "name", None) or str(inner).rsplit(".", 1)[-1]
+    return name.lower()
+
+
+class RecordingWork(dist.Work):
+    """A completed Work that records the wait of an async op (once)."""
+
+    def __init__(self, recorder: Recorder, indices: dict[int, int], async_op: bool):
+        super().__init__()
+        self._recorder = recorder
+        self._indices = indices if async_op else {}
+
+    def wait(self, timeout=None) -> bool:
+        if self._indices:
+            self._recorder.waited(self._indices)
+            self._indices = {}
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def get_future(self):
+        import torch.futures
+
+        fut = torch.futures.Future()
+        fut.set_result(None)
+        return fut
+
+
+class RecordingProcessGroup(dist.ProcessGroup):
+    """One process group of one simulated rank (or of rank 0's view in local mode)."""
+
+    recorder: Recorder | None = None  # set by the mode before the program runs
+
+    def __init__(self, rank: int, size: int, name: str):
+        super().__init__(rank, size)
+        self._name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def name(self) -> str:
+        return BACKEND
+
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    def _go(self, call: Call) -> RecordingWork:
+        rec = RecordingProcessGroup.recorder
+        indices = rec.record(call) if rec is not None and not rec.busy else {}
+        return RecordingWork(rec, indices, call.async_op)
+
+    # --- collectives (argument layouts as torch's PyProcessGroup trampoline passes them) ---
+    def allreduce(self, tensors, opts):
+        return self._go(Call("all_reduce", self, tensors, tensors, reduce_name(opts.reduceOp), async_op=opts.asyncOp))
+
+    def allreduce_coalesced(self, tensors, opts):
+        return self._go(Call("all_reduce_coalesced", self, tensors, tensors, reduce_name(opts.reduceOp),
+                             async_op=opts.asyncOp))
+
+    def allgather(self, output_lists, inputs, opts):
+        return self._go(Call("all_gather", self, inputs, [t for ts in output_lists for t in ts], async_op=opts.asyncOp))
+
+    def allgather_coalesced(self, output_lists, inputs, opts):
+        return self._go(Call("all_gather_coalesced", self, inputs, [t for ts in output_lists for t in ts],
+                             async_op=opts.asyncOp))
+
+    def all_gather_single(self, output, input, opts):
+        return self._go(Call("all_gather_into_tensor", self, [input], [output], async_op=opts.asyncOp))
+
+    def _allgather_base(self, output, input, opts):
+        return self.all_gather_single(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        # functional collectives send a single all_gather_into_tensor through here
+        op = "all_gather_into_tensor" if len(inputs) == 1 else "all_gather_into_tensor_coalesced"
+        return self._go(Call(op, self, list(inputs), list(outputs), async_op=opts.asyncOp))
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
+        return self.all_gather_single_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        return self._go(Call("reduce_scatter", self, [t for ts in input_lists for t in ts], outputs,
+                             reduce_name(opts.reduceOp), async_op=opts.asyncOp))
+
+    def reduce_scatter_single(self, output, input, opts):
+        return self._go(Call("reduce_scatter_tensor", self, [input], [output], reduce_name(opts.reduceOp),
+                             async_op=opts.asyncOp))
+
+    def _reduce_scatter_base(self, output, input, opts):
+        return self.reduce_scatter_single(output, input, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        op = "reduce_scatter_tensor" if len(inputs) == 1 else "reduce_scatter_tensor_coalesced"
+        return self._go(Call(op, self, list(inputs), list(outputs), reduce_name(opts.reduceOp), async_op=opts.asyncOp))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
+        return self.reduce_scatter_single_coalesced(outputs, inputs, opts)
+
+    def broadcast(self, tensors, opts):
+        return self._go(Call("broadcast", self, tensors, tensors, root=opts.rootRank, async_op=opts.asyncOp))
+
+    def reduce(self, tensors, opts):
+        return self._go(Call("reduce", self, tensors, tensors, reduce_name(opts.reduceOp), root=opts.rootRank,
+                             async_op=opts.asyncOp))
+
+    def gather(self, output_lists, inputs, opts):
+        return self._go(Call("gather", self, inputs, [t for ts in output_lists for t in ts], root=opts.rootRank,
+                             async_op=opts.asyncOp))
+
+    def scatter(self, outputs, input_lists, opts):
+        return self._go(Call("scatter", self, [t for ts in input_lists for t in ts], outputs, root=opts.rootRank,
+                             async_op=opts.asyncOp))
+
+    def alltoall(self, outputs, inputs, opts):
+        return self._go(Call("all_to_all", self, inputs, outputs, async_op=opts.asyncOp))
+
+    def all_to_all_single(self, output, input, output_splits, input_splits, opts):
+        return self._go(Call("all_to_all_single", self, [input], [output],
+                             splits=(list(input_splits), list(output_splits)), async_op=opts.asyncOp))
+
+    def alltoall_base(self, output, input, output_splits, input_splits, opts):
+        return self.all_to_all_single(output, input, output_splits, input_splits, opts)
+
+    def barrier(self, opts=None):
+        return self._go(Call("barrier", self, async_op=bool(opts is not None and opts.asyncOp)))
+
+    # --- p2p: blocking unless issued by isend / irecv / batch_isend_irecv ---
+    def send(self, tensors, dst, tag):
+        blocking = getattr(_state, "blocking", False)
+        return self._go(Call("send", self, tensors, [], peer=dst, tag=tag, async_op=not blocking))
+
+    def recv(self, tensors, src, tag):
+        blocking = getattr(_state, "blocking", False)
+        return self._go(Call("recv", self, [], tensors, peer=src, tag=tag, async_op=not blocking))
+
+    def recv_anysource(self, tensors, tag):
+        blocking = getattr(_state, "blocking", False)
+        return self._go(Call("recv", self, [], tensors, peer=-1, tag=tag, async_op=not blocking))
+
+
+def blocking_p2p(fn):
+    """Wrap c10d send/recv so the process group knows the caller blocks on it."""
+
+    def wrapper(*args, **kwargs):
+        prev = getattr(_state, "blocking", False)
+        _state.blocking = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _state.blocking = prev
+
+    wrapper.__wrapped__ = fn
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+def _create(opts, backend_options=None):
+    return RecordingProcessGroup(opts.group_rank, opts.group_size, str(opts.group_id))
+
+
+def register_backend() -> None:
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])

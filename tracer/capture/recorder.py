@@ -1,0 +1,230 @@
+"""The recorder: turns normalized calls into events, one stream (part file) per simulated rank.
+
+Capture hooks (process group, LocalTensor dispatch, group / mesh / DTensor patches) describe
+what happened as a `Call` or a plain event; the recorder knows which simulated ranks it
+happened on (one in fake mode, every member in local mode), numbers it per group, attributes
+it and streams it. Nothing here touches tensor data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from tracer import format as fmt
+from tracer.capture.attribution import Attribution
+
+
+class RecordError(RuntimeError):
+    """A program asked for something a recording cannot give (one-line message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """A process group as every rank can name it: torch's group name, members, description."""
+
+    name: str
+    ranks: tuple[int, ...]
+    desc: str
+
+
+@dataclass(slots=True)
+class Call:
+    """One collective or p2p call as the hooks saw it. Tensors may be LocalTensors."""
+
+    op: str
+    pg: Any
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    reduce_op: str | None = None
+    root: int | None = None  # group rank of the root
+    peer: int | None = None  # group rank of the p2p peer
+    tag: int = -1
+    splits: tuple | None = None  # (input_split_sizes, output_split_sizes), may be per-rank ints
+    async_op: bool = False
+
+
+def tensor_dtype(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+class RankStream:
+    """The event stream of one simulated rank: its part file, counters and context."""
+
+    def __init__(self, rank: int, path: str, header: dict):
+        self.rank = rank
+        self.path = path
+        self.writer = fmt.TraceWriter(path, header)
+        self.n = 0
+        self.gids: dict[GroupRef, int] = {}
+        self.seq: dict[Any, int] = defaultdict(int)
+        self.parents: list[int] = []
+        self.t0 = time.perf_counter()
+        self.closed = False
+
+    def gid(self, g: GroupRef) -> int:
+        gid = self.gids.get(g)
+        if gid is None:
+            gid = self.gids[g] = len(self.gids)
+            self.writer.group(gid, g.name, list(g.ranks), g.desc)
+        return gid
+
+    def close(self, status: str = "ok", error: str | None = None) -> None:
+        if not self.closed:
+            self.writer.end(self.rank, self.n, status, error)
+            self.writer.footer()
+            self.writer.close()
+            self.closed = True
+
+
+class Recorder:
+    """Owns the rank streams of this process and writes every event."""
+
+    def __init__(self, *, mode: str, world_size: int, ranks: list[int], parts_dir: str,
+                 config: dict | None = None, root: str | None = None):
+        self.mode = mode
+        self.world_size = world_size
+        self.ranks = list(ranks)
+        self.attribution = Attribution(root)
+        created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.streams: dict[int, RankStream] = {}
+        for r in self.ranks:
+            header = fmt.make_header(world_size=world_size, ranks=[r], mode=mode, config=config,
+                                     torch_version=torch.__version__, created=created, part=True)
+            self.streams[r] = RankStream(r, part_path(parts_dir, r), header)
+        self._batch = -1
+        self._batches = 0
+        self._pg_refs: dict[int, GroupRef] = {}
+        # group creations seen, for finding a LocalTensor group's siblings: (desc, ranks) -> names
+        self.created: dict[tuple[str, tuple[int, ...]], list[str]] = defaultdict(list)
+        # per-rank view of a value: identity in fake mode, the rank's shard in local mode
+        self.view: Callable[[Any, int], Any] = lambda x, r: x
+        self.siblings: Callable[[Any, GroupRef], list[GroupRef]] = lambda pg, g: [g]
+        self.busy = False  # set while LocalTensorMode answers an op, so the backend does not record it twice
+
+    # ---- groups -------------------------------------------------------------------------
+    def group_ref(self, pg) -> GroupRef:
+        ref = self._pg_refs.get(id(pg))
+        if ref is None:
+            ranks = tuple(dist.get_process_group_ranks(pg))
+            ref = self._pg_refs[id(pg)] = GroupRef(str(pg.group_name), ranks, str(pg.group_desc))
+        return ref
+
+    def note_group(self, op: str, g: GroupRef, info: dict | None = None, on_ranks: list[int] | None = None) -> None:
+        """A group creation call that every rank in `on_ranks` (default: all streams) made."""
+        if g.name not in self.created[(g.desc, g.ranks)]:
+            self.created[(g.desc, g.ranks)].append(g.name)
+        for r in on_ranks if on_ranks is not None else self.ranks:
+            self.event(r, op, g, info=dict(info or {}, member=r in g.ranks))
+
+    # ---- events -------------------------------------------------------------------------
+    def event(self, rank: int, op: str, group: GroupRef | None = None, **values) -> int:
+        s = self.streams[rank]
+        a = self.attribution
+        w = s.writer
+        gid = -1 if group is None else s.gid(group)
+        if op in fmt.COLLECTIVE_OPS:
+            values["seq"] = s.seq[gid]
+            s.seq[gid] += 1
+        elif op in fmt.P2P_OPS:
+            pair = (rank, values["peer"]) if op == "send" else (values["peer"], rank)
+            values["seq"] = s.seq[(gid, pair)]
+            s.seq[(gid, pair)] += 1
+        for name in ("dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info"):
+            if name in values:
+                values[name] = w.atom(values[name])
+        row = fmt.default_row(
+            op=w.atom(op), group=gid, module=w.atom(a.module()), phase=w.atom(a.phase()), step=a.step,
+            frame=w.atom(a.frame()), parent=s.parents[-1] if s.parents else -1, batch=self._batch,
+            ts=time.perf_counter() - s.t0, **values)
+        w.row(rank, row)
+        s.n += 1
+        return s.n - 1
+
+    def record(self, call: Call) -> dict[int, int]:
+        """Write `call` on every simulated rank it ran on; returns {rank: event index}."""
+        out: dict[int, int] = {}
+        if call.op in fmt.P2P_OPS and self.mode == "local":
+            raise RecordError("p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
+                              "in lockstep); record this program with --mode fake")
+        for g in self.siblings(call.pg, self.group_ref(call.pg)):
+            for r in g.ranks:
+                if r not in self.streams:
+                    continue
+                ins = [self.view(t, r) for t in call.inputs]
+                outs = [self.view(t, r) for t in call.outputs]
+                is_root = call.root is not None and 0 <= call.root < len(g.ranks) and g.ranks[call.root] == r
+                if call.op == "scatter" and not is_root:
+                    ins = []  # only the root passes a scatter list (LocalTensor passes one everywhere)
+                if call.op == "gather" and not is_root:
+                    outs = []
+                values: dict[str, Any] = dict(
+                    in_shapes=[list(t.shape) for t in ins], out_shapes=[list(t.shape) for t in outs],
+                    in_bytes=sum(t.numel() * t.element_size() for t in ins),
+                    out_bytes=sum(t.numel() * t.element_size() for t in outs),
+                    async_op=int(call.async_op), tag=call.tag)
+                first = (ins or outs)
+                if first:
+                    values["dtype"] = tensor_dtype(first[0])
+                if call.reduce_op is not None:
+                    values["reduce_op"] = call.reduce_op
+                if call.root is not None:
+                    values["peer"] = g.ranks[call.root] if 0 <= call.root < len(g.ranks) else -1
+                if call.peer is not None:
+                    values["peer"] = g.ranks[call.peer] if 0 <= call.peer < len(g.ranks) else -1
+                if call.op == "all_to_all_single":
+                    values["splits"] = _a2a_splits(call.splits, ins[0], outs[0], len(g.ranks), lambda x: self.view(x, r))
+                out[r] = self.event(r, call.op, g, **values)
+        return out
+
+    def waited(self, indices: dict[int, int]) -> None:
+        for r, idx in indices.items():
+            self.event(r, "wait", ref=idx)
+
+    # ---- context ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def batch(self):
+        """Events inside share a batch id (coalescing manager, batch_isend_irecv)."""
+        if self._batch >= 0:
+            yield
+            return
+        self._batch = self._batches
+        self._batches += 1
+        try:
+            yield
+        finally:
+            self._batch = -1
+
+    @contextlib.contextmanager
+    def parent(self, indices: dict[int, int]):
+        """Collectives inside are linked to the (redistribute) events in `indices`."""
+        for r, i in indices.items():
+            self.streams[r].parents.append(i)
+        try:
+            yield
+        finally:
+            for r in indices:
+                self.streams[r].parents.pop()
+
+    def close(self, status: str = "ok", error: str | None = None, ranks: list[int] | None = None) -> None:
+        for r in ranks if ranks is not None else self.ranks:
+            self.streams[r].close(status, error)
+
+
+def _a2a_splits(splits, inp, out, n: int, view) -> list[list[int]]:
+    """[input_split_sizes, output_split_sizes] with torch's default of equal splits filled in."""
+    in_s, out_s = splits if splits is not None else ([], [])
+    in_s = [int(view(x)) for x in in_s] or [inp.shape[0] // n] * n
+    out_s = [int(view(x)) for x in out_s] or [out.shape[0] // n] * n
+    return [in_s, out_s]
+
+
+def part_path(parts_dir: str, rank: int) -> str:
+    return os.path.join(parts_dir, f"rank_{rank:05d}.part")

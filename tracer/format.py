@@ -1,0 +1,375 @@
+"""The commtrace trace format, v1: the one place that knows the bytes.
+
+Torch-free on purpose: the analyzer imports this module and must start without torch.
+See docs/trace-format.md for the layout. In short, a trace is a stream of msgpack
+maps, each with a type key "t":
+
+    header   once, first: format name, version, world size, ranks, mode, config, columns
+    atoms    interned values (strings, shapes, dicts) appended to the atom table
+    group    one process group of the group table: gid, torch name, member ranks, desc
+    ev       one event of one rank as a row (streamed while recording, flushed per event)
+    block    many events of one rank as packed little-endian column arrays (msgpack bin)
+    end      a rank finished: its event count, status ("ok" / "error") and error line
+    footer   once, last: the file is complete
+
+A recorder writes rows so that a crash loses nothing; `merge` rewrites rows into blocks,
+which numpy reads without a Python loop per event.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import msgpack
+import numpy as np
+
+FORMAT_NAME = "commtrace"
+VERSION = (1, 0)
+BLOCK_EVENTS = 65536
+
+# (name, numpy dtype). Atom columns hold ids into the atom table; -1 means "none".
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("op", "<i4"),  # atom: op name ("all_reduce", "send", "new_group", "redistribute", ...)
+    ("group", "<i4"),  # gid into the group table
+    ("seq", "<i8"),  # per-group sequence number (collectives), per (group, src, dst) for p2p
+    ("peer", "<i4"),  # global rank: root of a rooted collective, peer of a p2p op
+    ("tag", "<i4"),  # p2p tag
+    ("dtype", "<i4"),  # atom: "float32", ...
+    ("in_shapes", "<i4"),  # atom: list of input shapes (one per tensor)
+    ("out_shapes", "<i4"),  # atom: list of output shapes
+    ("in_bytes", "<i8"),
+    ("out_bytes", "<i8"),
+    ("reduce_op", "<i4"),  # atom: "sum", "max", ...
+    ("async_op", "u1"),  # 1 when the caller gets a Work / async tensor back
+    ("splits", "<i4"),  # atom: [input_split_sizes, output_split_sizes] for all_to_all
+    ("info", "<i4"),  # atom: op-specific map (mesh, placements, group api, ...)
+    ("module", "<i4"),  # atom: module FQN the op ran under
+    ("phase", "<i4"),  # atom: "forward" / "backward" / "optimizer" / "other"
+    ("step", "<i4"),  # optimizer steps completed before this event
+    ("frame", "<i4"),  # atom: first user frame "file:line in function"
+    ("parent", "<i4"),  # event index (same rank) of the redistribute that issued it
+    ("ref", "<i4"),  # wait: event index (same rank) of the op it waits on
+    ("batch", "<i4"),  # id of the coalesced / batch_isend_irecv batch, per rank
+    ("ts", "<f8"),  # seconds since the rank started recording (not deterministic)
+)
+COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+ATOM_COLUMNS = ("op", "dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info", "module", "phase", "frame")
+_NONE_ROW = {name: (0.0 if dt == "<f8" else -1) for name, dt in COLUMNS}
+_NONE_ROW.update(async_op=0, step=0, seq=-1)
+
+
+class TraceFormatError(ValueError):
+    """The bytes are not a commtrace trace this reader understands (one-line message)."""
+
+
+def default_row(**values: Any) -> list:
+    """A row in COLUMNS order with defaults for what the caller does not set."""
+    row = dict(_NONE_ROW)
+    row.update(values)
+    return [row[name] for name in COLUMN_NAMES]
+
+
+def make_header(*, world_size: int, ranks: list[int], mode: str, config: dict | None = None,
+                torch_version: str = "", created: str = "", part: bool = False) -> dict:
+    return {
+        "t": "header", "format": FORMAT_NAME, "version": list(VERSION), "world_size": world_size,
+        "ranks": sorted(ranks), "mode": mode, "config": config or {}, "torch": torch_version,
+        "created": created, "part": part, "columns": [list(c) for c in COLUMNS],
+    }
+
+
+class TraceWriter:
+    """Appends records to a trace. Each record is one write(), so a killed process leaves
+    every record it finished and at most one partial record at the tail."""
+
+    def __init__(self, path: str | os.PathLike, header: dict):
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._atoms: dict[Any, int] = {}
+        self._pending: list = []
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._write(header)
+
+    def _write(self, record: dict) -> None:
+        data = self._packer.pack(record)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+
+    def atom(self, value: Any) -> int:
+        """Intern a msgpack-able value; returns its id. None is -1."""
+        if value is None:
+            return -1
+        key = value if isinstance(value, str) else (type(value), msgpack.packb(value))
+        aid = self._atoms.get(key)
+        if aid is None:
+            aid = self._atoms[key] = len(self._atoms)
+            self._pending.append(value)
+        return aid
+
+    def _flush_atoms(self) -> None:
+        if self._pending:
+            base = len(self._atoms) - len(self._pending)
+            self._write({"t": "atoms", "base": base, "v": self._pending})
+            self._pending = []
+
+    def group(self, gid: int, name: str, ranks: list[int], desc: str) -> None:
+        self._write({"t": "group", "gid": gid, "name": name, "ranks": list(ranks), "desc": desc})
+
+    def row(self, rank: int, values: list) -> None:
+        self._flush_atoms()
+        self._write({"t": "ev", "r": rank, "v": values})
+
+    def block(self, rank: int, columns: dict[str, np.ndarray]) -> None:
+        self._flush_atoms()
+        n = len(columns["op"])
+        for start in range(0, n, BLOCK_EVENTS):
+            stop = min(n, start + BLOCK_EVENTS)
+            cols = [np.ascontiguousarray(columns[name][start:stop], dtype=dt).tobytes() for name, dt in COLUMNS]
+            self._write({"t": "block", "r": rank, "n": stop - start, "c": cols})
+
+    def end(self, rank: int, n_events: int, status: str = "ok", error: str | None = None) -> None:
+        self._flush_atoms()
+        self._write({"t": "end", "r": rank, "n": n_events, "status": status, "error": error})
+
+    def footer(self) -> None:
+        self._flush_atoms()
+        self._write({"t": "footer"})
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+@dataclass
+class TraceData:
+    """Everything a trace (or a part) holds, decoded. Columns are numpy arrays per rank."""
+
+    header: dict
+    atoms: list = field(default_factory=list)
+    groups: dict[int, dict] = field(default_factory=dict)
+    columns: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    ends: dict[int, dict] = field(default_factory=dict)
+    complete: bool = False  # footer seen
+    truncated_at: int | None = None  # byte offset where decoding stopped early
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(set(self.header.get("ranks", [])) | set(self.columns))
+
+
+def _check_header(rec: Any, source: str) -> dict:
+    if not isinstance(rec, dict) or rec.get("t") != "header" or rec.get("format") != FORMAT_NAME:
+        raise TraceFormatError(f"{source}: not a commtrace trace (no commtrace header)")
+    version = rec.get("version")
+    if not (isinstance(version, list) and len(version) == 2 and all(isinstance(v, int) for v in version)):
+        raise TraceFormatError(f"{source}: corrupt header (version)")
+    if version[0] > VERSION[0]:
+        raise TraceFormatError(
+            f"{source}: trace format v{version[0]}.{version[1]} is newer than this reader "
+            f"(v{VERSION[0]}.{VERSION[1]}); upgrade commtrace")
+    if not isinstance(rec.get("world_size"), int) or rec["world_size"] <= 0:
+        raise TraceFormatError(f"{source}: corrupt header (world_size)")
+    columns = rec.get("columns")
+    if not isinstance(columns, list) or [tuple(c) for c in columns if isinstance(c, list)][:len(COLUMNS)] != list(COLUMNS):
+        raise TraceFormatError(f"{source}: unsupported column layout")
+    return rec
+
+
+def read_trace(path: str | os.PathLike) -> TraceData:
+    """Decode a trace or part file. A truncated file yields every complete record before the
+    cut and sets `truncated_at`; anything that is not a trace raises TraceFormatError."""
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            data = f.read()
+    except IsADirectoryError:
+        raise TraceFormatError(f"{source}: is a folder, not a trace file") from None
+    except OSError as e:
+        raise TraceFormatError(f"{source}: cannot read ({e.strerror})") from None
+    if not data:
+        raise TraceFormatError(f"{source}: empty file")
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1 << 20))
+    unpacker.feed(data)
+    trace: TraceData | None = None
+    rows: dict[int, list] = {}
+    blocks: dict[int, list] = {}
+    offset = 0
+    try:
+        for rec in unpacker:
+            if trace is None:
+                trace = TraceData(header=_check_header(rec, source))
+            else:
+                _apply(trace, rec, rows, blocks)
+            offset = unpacker.tell()
+    except TraceFormatError:
+        raise
+    except Exception as e:  # msgpack raises several types on corrupt bytes
+        if trace is None:
+            raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
+        trace.notes.append(f"corrupt record at byte {offset}: {type(e).__name__}; kept what came before")
+        trace.truncated_at = offset
+    if trace is None:
+        raise TraceFormatError(f"{source}: not a commtrace trace (truncated header)")
+    if trace.truncated_at is None and offset < len(data):
+        trace.truncated_at = offset
+    if not trace.complete and trace.truncated_at is None:
+        trace.truncated_at = offset
+    if trace.truncated_at is not None:
+        trace.notes.append(f"{os.path.basename(source)}: truncated at byte {trace.truncated_at} of {len(data)}")
+    _assemble(trace, rows, blocks)
+    return trace
+
+
+def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
+    if not isinstance(rec, dict):
+        raise TraceFormatError("record is not a map")
+    kind = rec.get("t")
+    if kind == "ev":
+        values = rec["v"]
+        if not isinstance(values, list) or len(values) != len(COLUMNS):
+            raise TraceFormatError("event row of wrong width")
+        rows.setdefault(int(rec["r"]), []).append(values)
+    elif kind == "block":
+        n, cols = int(rec["n"]), rec["c"]
+        if len(cols) != len(COLUMNS):
+            raise TraceFormatError("block of wrong width")
+        arrays = {name: np.frombuffer(buf, dtype=dt) for (name, dt), buf in zip(COLUMNS, cols)}
+        if any(len(a) != n for a in arrays.values()):
+            raise TraceFormatError("block column of wrong length")
+        blocks.setdefault(int(rec["r"]), []).append(arrays)
+    elif kind == "atoms":
+        if int(rec["base"]) != len(trace.atoms):
+            raise TraceFormatError("atom table out of order")
+        trace.atoms.extend(rec["v"])
+    elif kind == "group":
+        trace.groups[int(rec["gid"])] = {
+            "gid": int(rec["gid"]), "name": str(rec["name"]), "ranks": [int(r) for r in rec["ranks"]],
+            "desc": str(rec["desc"])}
+    elif kind == "end":
+        trace.ends[int(rec["r"])] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": rec.get("error")}
+    elif kind == "footer":
+        trace.complete = True
+    elif kind == "header":
+        raise TraceFormatError("second header")
+    # unknown record types from a newer minor version are skipped on purpose
+
+
+def _assemble(trace: TraceData, rows: dict, blocks: dict) -> None:
+    for rank in sorted(set(rows) | set(blocks)):
+        parts = list(blocks.get(rank, []))
+        if rows.get(rank):
+            parts.append(_rows_to_columns(rows[rank]))
+        trace.columns[rank] = {
+            name: np.concatenate([p[name] for p in parts]) if len(parts) > 1 else parts[0][name]
+            for name, _ in COLUMNS}
+    n_atoms = len(trace.atoms)
+    for rank, cols in trace.columns.items():
+        for name in ATOM_COLUMNS:
+            col = cols[name]
+            if len(col) and (col.max() >= n_atoms or col.min() < -1):
+                raise TraceFormatError(f"rank {rank}: column {name} refers to a missing atom")
+
+
+def _rows_to_columns(rows: list[list]) -> dict[str, np.ndarray]:
+    out = {}
+    for (name, dt), values in zip(COLUMNS, zip(*rows)):
+        try:
+            out[name] = np.asarray(values, dtype=dt)
+        except (TypeError, ValueError, OverflowError):
+            raise TraceFormatError(f"event column {name} holds a non-number") from None
+    return out
+
+
+def merge(parts: Iterable[str | os.PathLike], out_path: str | os.PathLike, header_updates: dict | None = None) -> TraceData:
+    """Join per-rank parts (rows) into one trace of column blocks, remapping atoms and groups
+    to one table. Returns a summary TraceData (header, groups, ends, notes; no columns)."""
+    parts = [os.fspath(p) for p in parts]
+    if not parts:
+        raise TraceFormatError("no parts to merge")
+    headers = [read_header(p) for p in parts]
+    header = dict(headers[0], part=False, ranks=sorted({r for h in headers for r in h.get("ranks", [])}))
+    header.update(header_updates or {})
+    summary = TraceData(header=header)
+    writer = TraceWriter(out_path, header)
+    group_ids: dict[tuple, int] = {}
+    try:
+        for path in parts:
+            data = read_trace(path)
+            summary.notes.extend(data.notes)
+            gmap = np.full(max(data.groups, default=-1) + 2, -1, dtype=np.int32)
+            for gid, g in data.groups.items():
+                key = (g["name"], tuple(g["ranks"]), g["desc"])
+                if key not in group_ids:
+                    group_ids[key] = len(group_ids)
+                    writer.group(group_ids[key], g["name"], g["ranks"], g["desc"])
+                    summary.groups[group_ids[key]] = dict(g, gid=group_ids[key])
+                gmap[gid] = group_ids[key]
+            amap = np.array([writer.atom(a) for a in data.atoms] + [-1], dtype=np.int32)
+            for rank, cols in data.columns.items():
+                cols = dict(cols)
+                for name in ATOM_COLUMNS:
+                    cols[name] = amap[cols[name]]  # -1 indexes the trailing -1
+                cols["group"] = gmap[cols["group"]]
+                writer.block(rank, cols)
+            for rank in data.header.get("ranks", []):
+                end = data.ends.get(rank) or {
+                    "n": len(data.columns.get(rank, {}).get("op", ())), "status": "truncated",
+                    "error": "recording stopped before this rank finished"}
+                writer.end(rank, end["n"], end["status"], end["error"])
+                summary.ends[rank] = end
+        writer.footer()
+        summary.complete = True
+    finally:
+        writer.close()
+    return summary
+
+
+def read_header(path: str | os.PathLike) -> dict:
+    """Only the header of a trace or part (cheap: reads the first record)."""
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, max_buffer_size=1 << 24)
+            rec = next(unpacker)
+    except OSError as e:
+        raise TraceFormatError(f"{source}: cannot read ({e.strerror})") from None
+    except Exception as e:
+        raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
+    return _check_header(rec, source)
+
+
+def write_all(path: str | os.PathLike, header: dict, events: dict[int, list[dict]],
+              groups: list[dict] = ()) -> None:
+    """Write events given as dicts per rank (atom columns as plain values) as one trace.
+    For tests and synthetic traces; the recorder streams rows itself."""
+    w = TraceWriter(path, header)
+    try:
+        for g in groups:
+            w.group(g["gid"], g["name"], g["ranks"], g["desc"])
+        for rank, evs in events.items():
+            for ev in evs:
+                ev = dict(ev)
+                for name in ATOM_COLUMNS:
+                    if name in ev:
+                        ev[name] = w.atom(ev[name])
+                w.row(rank, default_row(**ev))
+            w.end(rank, len(evs))
+        w.footer()
+    finally:
+        w.close()
+
+
+# Op vocabulary shared by the recorder and the analyzer.
+COLLECTIVE_OPS = frozenset({
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_coalesced", "all_gather_into_tensor",
+    "all_gather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced", "broadcast", "reduce", "gather", "scatter", "all_to_all",
+    "all_to_all_single", "barrier",
+})
+P2P_OPS = frozenset({"send", "recv"})
+GROUP_OPS = frozenset({"init_process_group", "new_group", "split_group"})
+OTHER_OPS = frozenset({"wait", "mesh", "redistribute"})

@@ -1,0 +1,4 @@
+"""How simulated ranks run: `fake` (a process per rank) and `local` (LocalTensorMode, one process)."""
+
+MODES = {"fake": "fake_backend", "local": "local_tensor"}  # CLI name -> TorchTitan's [comm] mode name
+ALIASES = {"fake": "fake", "fake_backend": "fake", "local": "local", "local_tensor": "local"}

@@ -1,0 +1,108 @@
+"""Inside one recording process: hook torch, run the program, close the rank streams.
+
+fake mode: this process is one simulated rank (torchrun env of that rank, the program's own
+init_process_group served by the recording fake backend).
+local mode: this process runs all ranks under LocalTensorMode(world_size); the program is SPMD,
+so a branch on dist.get_rank() takes rank 0's side on every simulated rank.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+
+from tracer.program import Program
+
+
+@dataclass(kw_only=True, slots=True)
+class Job:
+    program: Program
+    """What to run."""
+    mode: str
+    """"fake" or "local"."""
+    world_size: int
+    """Number of simulated ranks."""
+    ranks: list[int]
+    """Ranks this job writes streams for (one in fake mode; all asked-for ranks in local mode)."""
+    parts_dir: str
+    """Where each rank's part file goes."""
+    config: dict = field(default_factory=dict)
+    """Snapshot stored in every header."""
+    root: str = ""
+    """Folder that user frames are shown relative to."""
+
+
+def torchrun_env(rank: int, world_size: int) -> dict[str, str]:
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+            "TORCHELASTIC_RUN_ID": "commtrace"}
+
+
+def run_job(job: Job) -> int:
+    """Run `job` in this process; returns 0 when the program finished, 3 when it raised."""
+    import torch.distributed as dist
+
+    from tracer.capture import patches
+    from tracer.capture.recorder import Recorder
+
+    pg_rank = job.ranks[0] if job.mode == "fake" else 0
+    os.environ.update(torchrun_env(pg_rank, job.world_size))
+    rec = Recorder(mode=job.mode, world_size=job.world_size, ranks=job.ranks, parts_dir=job.parts_dir,
+                   config=job.config, root=job.root or os.getcwd())
+    p = patches.Patcher()
+    status, error = "ok", None
+    try:
+        patches.install(p, rec, rank=pg_rank, world_size=job.world_size)
+        if job.mode == "local":
+            from torch.distributed._local_tensor import LocalTensorMode
+
+            from tracer.capture import fsdp_local, local_ops
+
+            local_ops.install(p, rec)
+            fsdp_local.install(p)
+            rec.attribution.install()
+            with LocalTensorMode(job.world_size):
+                job.program.run()
+        else:
+            rec.attribution.install()
+            job.program.run()
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            status, error = "error", f"the program exited with status {e.code}"
+    except BaseException as e:  # the program's own failure: recorded, reported as one line
+        status, error = "error", one_line_error(e, rec)
+    finally:
+        try:
+            rec.attribution.uninstall()
+        except Exception:
+            pass
+        rec.close(status, error)
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+        p.undo()
+    return 0 if status == "ok" else 3
+
+
+def one_line_error(e: BaseException, rec) -> str:
+    """'ValueError: boom (train.py:12 in step)': the exception and the deepest user frame."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    where = ""
+    for fs in reversed(traceback.extract_tb(e.__traceback__)):
+        code_where = rec.attribution._describe(_Code(fs.filename, fs.name))
+        if code_where is not None:
+            where = code_where.format(fs.lineno)
+            break
+    text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    return f"{text} ({where})" if where else text
+
+
+class _Code:
+    """The two attributes Attribution._describe reads from a code object."""
+
+    def __init__(self, filename: str, name: str):
+        self.co_filename, self.co_name = filename, name
