@@ -284,6 +284,55 @@ def _rows_to_columns(rows: list[list]) -> dict[str, np.ndarray]:
     return out
 
 
+class _Tables:
+    """One atom table and one group table for many parts: remaps each part's local ids."""
+
+    def __init__(self, writer: TraceWriter | None = None):
+        self.writer = writer
+        self.atoms: list = []
+        self._atom_ids: dict[Any, int] = {}
+        self.groups: dict[int, dict] = {}
+        self._group_ids: dict[tuple, int] = {}
+
+    def _atom(self, value: Any) -> int:
+        if self.writer is not None:
+            return self.writer.atom(value)
+        key = value if isinstance(value, str) else (type(value), msgpack.packb(value))
+        aid = self._atom_ids.get(key)
+        if aid is None:
+            aid = self._atom_ids[key] = len(self.atoms)
+            self.atoms.append(value)
+        return aid
+
+    def remap(self, data: TraceData) -> dict[int, dict[str, np.ndarray]]:
+        gmap = np.full(max(data.groups, default=-1) + 2, -1, dtype=np.int32)
+        for gid, g in data.groups.items():
+            key = (g["name"], tuple(g["ranks"]), g["desc"])
+            if key not in self._group_ids:
+                new = self._group_ids[key] = len(self._group_ids)
+                self.groups[new] = dict(g, gid=new)
+                if self.writer is not None:
+                    self.writer.group(new, g["name"], g["ranks"], g["desc"])
+            gmap[gid] = self._group_ids[key]
+        amap = np.array([self._atom(a) for a in data.atoms] + [-1], dtype=np.int32)
+        out = {}
+        for rank, cols in data.columns.items():
+            cols = dict(cols)
+            for name in ATOM_COLUMNS:
+                cols[name] = amap[cols[name]]  # -1 indexes the trailing -1
+            if len(cols["group"]) and cols["group"].max() >= len(gmap) - 1:
+                raise TraceFormatError(f"rank {rank}: event refers to a missing group")
+            cols["group"] = gmap[cols["group"]]
+            out[rank] = cols
+        return out
+
+
+def _rank_end(data: TraceData, rank: int) -> dict:
+    return data.ends.get(rank) or {
+        "n": len(data.columns.get(rank, {}).get("op", ())), "status": "truncated",
+        "error": "recording stopped before this rank finished"}
+
+
 def merge(parts: Iterable[str | os.PathLike], out_path: str | os.PathLike, header_updates: dict | None = None) -> TraceData:
     """Join per-rank parts (rows) into one trace of column blocks, remapping atoms and groups
     to one table. Returns a summary TraceData (header, groups, ends, notes; no columns)."""
@@ -295,37 +344,40 @@ def merge(parts: Iterable[str | os.PathLike], out_path: str | os.PathLike, heade
     header.update(header_updates or {})
     summary = TraceData(header=header)
     writer = TraceWriter(out_path, header)
-    group_ids: dict[tuple, int] = {}
+    tables = _Tables(writer)
     try:
         for path in parts:
             data = read_trace(path)
             summary.notes.extend(data.notes)
-            gmap = np.full(max(data.groups, default=-1) + 2, -1, dtype=np.int32)
-            for gid, g in data.groups.items():
-                key = (g["name"], tuple(g["ranks"]), g["desc"])
-                if key not in group_ids:
-                    group_ids[key] = len(group_ids)
-                    writer.group(group_ids[key], g["name"], g["ranks"], g["desc"])
-                    summary.groups[group_ids[key]] = dict(g, gid=group_ids[key])
-                gmap[gid] = group_ids[key]
-            amap = np.array([writer.atom(a) for a in data.atoms] + [-1], dtype=np.int32)
-            for rank, cols in data.columns.items():
-                cols = dict(cols)
-                for name in ATOM_COLUMNS:
-                    cols[name] = amap[cols[name]]  # -1 indexes the trailing -1
-                cols["group"] = gmap[cols["group"]]
+            for rank, cols in tables.remap(data).items():
                 writer.block(rank, cols)
             for rank in data.header.get("ranks", []):
-                end = data.ends.get(rank) or {
-                    "n": len(data.columns.get(rank, {}).get("op", ())), "status": "truncated",
-                    "error": "recording stopped before this rank finished"}
+                end = summary.ends[rank] = _rank_end(data, rank)
                 writer.end(rank, end["n"], end["status"], end["error"])
-                summary.ends[rank] = end
         writer.footer()
+        summary.groups = tables.groups
         summary.complete = True
     finally:
         writer.close()
     return summary
+
+
+def combine(datas: list[TraceData]) -> TraceData:
+    """Several decoded parts as one TraceData in memory (what loading a parts folder gives)."""
+    if not datas:
+        raise TraceFormatError("no parts to combine")
+    tables = _Tables()
+    header = dict(datas[0].header, part=False, ranks=sorted({r for d in datas for r in d.header.get("ranks", [])}))
+    out = TraceData(header=header, complete=all(d.complete for d in datas))
+    for d in datas:
+        out.notes.extend(d.notes)
+        out.columns.update(tables.remap(d))
+        for rank in d.header.get("ranks", []):
+            out.ends[rank] = _rank_end(d, rank)
+    out.atoms, out.groups = tables.atoms, tables.groups
+    if not out.complete:
+        out.truncated_at = next(d.truncated_at for d in datas if not d.complete)
+    return out
 
 
 def read_header(path: str | os.PathLike) -> dict:

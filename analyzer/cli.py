@@ -1,0 +1,60 @@
+"""`analyzer`: parse, call the library, render. Exit 0 clean, 1 findings, 2 bad input."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Analyze commtrace traces (and Flight Recorder dumps): summary, checks, diffs.")
+
+
+@app.callback()
+def _root() -> None:
+    """commtrace analyzer."""
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _load(path: str):
+    from analyzer.load import LoadError, load
+
+    try:
+        return load(path)
+    except LoadError as e:
+        _fail(str(e))
+
+
+@app.command()
+def summary(trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
+            json_out: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
+    """Collectives and bytes per group (mesh dim) and op, per rank class."""
+    from analyzer.summary import summarize
+
+    t = _load(trace)
+    s = summarize(t)
+    if json_out:
+        from analyzer.render import json as render_json
+
+        render_json.summary(t, s)
+    else:
+        from rich.console import Console
+
+        from analyzer.render import console
+
+        console.summary(Console(), t, s)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Output formats, one module each: console (rich), json."""

@@ -1,0 +1,46 @@
+"""Rich terminal output."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from analyzer.load import Trace
+from analyzer.summary import Summary
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def trace_header(console: Console, trace: Trace) -> None:
+    h = trace.header
+    program = (h.get("config") or {}).get("program", "?")
+    console.print(f"[bold]{program}[/] · world size {h['world_size']} · mode {h.get('mode')} · "
+                  f"torch {h.get('torch') or '?'} · {len(trace.ranks)} rank streams · {trace.events.height} events")
+    for note in trace.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def summary(console: Console, trace: Trace, s: Summary) -> None:
+    trace_header(console, trace)
+    if s.table.is_empty():
+        console.print("no collectives or p2p recorded")
+        return
+    for cls in s.classes.iter_rows(named=True):
+        rows = s.table.filter(s.table["class"] == cls["class"])
+        ranks = rows["ranks"][0] if rows.height else ",".join(map(str, cls["ranks"]))
+        t = Table(title=f"rank class {cls['class']}: ranks {ranks} ({len(cls['ranks'])} ranks, "
+                        f"{cls['events']} events each)", title_justify="left")
+        t.add_column("group")
+        t.add_column("size", justify="right")
+        t.add_column("op")
+        t.add_column("calls", justify="right")
+        t.add_column("bytes", justify="right")
+        for r in rows.iter_rows(named=True):
+            t.add_row(r["group"] or "-", str(r["size"] or ""), r["op"], str(r["calls"]), human_bytes(r["bytes"]))
+        console.print(t)

@@ -1,0 +1,105 @@
+"""`tracer`: record a program's comm pattern per simulated rank. Parse, call the library, report.
+
+Exit codes: 0 recorded, 2 bad input or a program that failed on some rank (the ranks that did
+record keep their events in the trace).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Record every collective, DeviceMesh op and DTensor redistribution of a "
+                       "torch.distributed program, per simulated rank, without a cluster.")
+
+
+@app.callback()
+def _root() -> None:
+    """commtrace recorder."""
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def record(
+    ctx: typer.Context,
+    script: str = typer.Option(None, "--script", help="Python file to run as `python FILE.py ARGS` on every rank."),
+    entrypoint: str = typer.Option(None, "--entrypoint", help="Run `package.module:function` instead of a script."),
+    world_size: int = typer.Option(None, "--world-size", "-n", help="Number of simulated ranks."),
+    mode: str = typer.Option("fake", "--mode", help="fake: a process per rank (fake backend); "
+                                                    "local: one process, LocalTensorMode (SPMD only)."),
+    ranks: str = typer.Option("all", "--ranks", help="Ranks to record: all, or e.g. 0,3,8-15."),
+    out: str = typer.Option(None, "--out", "-o", help="Output .trace (default: <script>.trace)."),
+    timeout: float = typer.Option(0, "--timeout", help="Kill a rank after this many seconds (0: never); "
+                                                      "what it recorded is kept."),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="Ranks recorded at once (default: one per core)."),
+) -> None:
+    """Record a program; arguments after `--` go to it."""
+    from tracer.modes import ALIASES
+    from tracer.program import Program
+    from tracer.record import parse_ranks, record as run_record
+
+    if (script is None) == (entrypoint is None):
+        _fail("give exactly one of --script FILE.py or --entrypoint pkg.mod:fn")
+    if world_size is None:
+        _fail("--world-size is required")
+    if mode not in ALIASES:
+        _fail(f"--mode must be fake or local (or fake_backend / local_tensor), got {mode!r}")
+    program = Program(script=script, entrypoint=entrypoint, args=list(ctx.args))
+    try:
+        program.check()
+        if world_size < 1:
+            raise ValueError(f"--world-size must be at least 1, got {world_size}")
+        rank_list = parse_ranks(ranks, world_size)
+    except ValueError as e:
+        _fail(str(e))
+    out = out or (os.path.splitext(os.path.basename(script))[0] if script else entrypoint.split(":")[-1]) + ".trace"
+    result = run_record(program, world_size=world_size, out=out, mode=ALIASES[mode], ranks=rank_list,
+                        timeout=timeout or None, jobs=jobs or None)
+    n = sum(result.n_events.values())
+    typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}",
+               err=True)
+    if result.errors:
+        for line in list(result.errors.values())[:1]:
+            typer.echo(f"error: {line}", err=True)
+        if len(result.errors) > 1:
+            typer.echo(f"error: {len(result.errors) - 1} more ranks failed: "
+                       f"{', '.join(str(r) for r in list(result.errors)[1:9])}", err=True)
+        raise typer.Exit(2)
+
+
+@app.command()
+def merge(parts: str = typer.Argument(..., help="Folder of rank_*.part files (OUT.trace.parts)."),
+          out: str = typer.Option(..., "--out", "-o", help="Output .trace.")) -> None:
+    """Join per-rank parts (e.g. of an interrupted or sharded recording) into one trace."""
+    import glob
+
+    from tracer import format as fmt
+
+    files = sorted(glob.glob(os.path.join(parts, "*.part")))
+    if not files:
+        _fail(f"{parts}: no .part files")
+    try:
+        summary = fmt.merge(files, out)
+    except fmt.TraceFormatError as e:
+        _fail(str(e))
+    for note in summary.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"merged {len(files)} parts ({len(summary.header['ranks'])} ranks) -> {out}", err=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
