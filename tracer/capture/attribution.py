@@ -7,6 +7,7 @@ carry. Steps are counted with the global optimizer step hooks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import sysconfig
@@ -32,6 +33,7 @@ class Attribution:
         self._tracker = ModTracker()
         self._user_code: dict[CodeType, str | None] = {}
         self._handles: list = []
+        self.owners: list[str] = []
 
     def install(self) -> None:
         self._tracker.__enter__()
@@ -53,13 +55,24 @@ class Attribution:
             self.step += 1
 
     def module(self) -> str:
-        # ModTracker keeps the set of active module names; the deepest one is innermost.
-        parents = self._tracker.parents
+        """FQN of the innermost active module, relative to its root ("" outside any module).
+        An owner set by a hook that knows better (FSDP's param group) wins."""
+        if self.owners:
+            return self.owners[-1]
         best = ""
-        for name in parents:
-            if name != "Global" and name.count(".") >= best.count(".") and len(name) > len(best):
+        for name in self._tracker.parents:  # ModTracker names are "<RootClass>.<fqn>"
+            if name != "Global" and (name.count("."), len(name)) > (best.count("."), len(best)):
                 best = name
-        return best
+        return best.split(".", 1)[1] if "." in best else best
+
+    @contextlib.contextmanager
+    def owning(self, fqn: str):
+        """Ops inside belong to module `fqn` (e.g. the FSDP unit whose parameters they move)."""
+        self.owners.append(fqn)
+        try:
+            yield
+        finally:
+            self.owners.pop()
 
     def phase(self) -> str:
         if self.in_optimizer:

@@ -120,7 +120,9 @@ def install(p: Patcher, rec: Recorder) -> None:
     rec.view = _view
     rec.siblings = lambda pg, g: _siblings(rec, pg, g)
     orig = LocalTensorMode.__torch_dispatch__
-    waits: dict[int, dict[int, int]] = {}  # id(output tensor) -> {rank: event index}
+    # Functional collectives are waited on through another LocalTensor over the same storage,
+    # so pending waits are keyed by the storage of the output's first shard.
+    waits: dict[int, dict[int, int]] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace not in _NAMESPACES or rec.busy:
@@ -131,7 +133,7 @@ def install(p: Patcher, rec: Recorder) -> None:
             raise RecordError("p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
                               "in lockstep); record this program with --mode fake")
         if name == "_c10d_functional::wait_tensor":
-            indices = waits.pop(id(args[0]), None)
+            indices = waits.pop(_storage_key(args[0]), None)
             if indices:
                 rec.waited(indices)
             return orig(self, func, types, args, kwargs)
@@ -149,10 +151,19 @@ def install(p: Patcher, rec: Recorder) -> None:
                 return result[0], dist.Work.boxed(RecordingWork(rec, indices, True))
             return result
         for t in _flat(result):
-            waits[id(t)] = indices
+            waits[_storage_key(t)] = indices
         return result
 
     p.set(LocalTensorMode, "__torch_dispatch__", __torch_dispatch__)
+
+
+def _storage_key(t) -> int:
+    if isinstance(t, LocalTensor) and t._local_tensors:
+        t = next(iter(t._local_tensors.values()))
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, AttributeError):
+        return id(t)
 
 
 def _siblings(rec: Recorder, pg, g: GroupRef) -> list[GroupRef]:

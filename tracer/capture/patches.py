@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
@@ -58,6 +59,7 @@ def install(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> None:
     _install_mesh(p, rec)
     _install_dtensor(p, rec)
     _install_p2p(p, rec)
+    _install_fsdp(p, rec)
 
 
 # ---- process groups ------------------------------------------------------------------------
@@ -98,6 +100,8 @@ def _install_groups(p: Patcher, rec: Recorder) -> None:
     def _new_group_with_tag(ranks=None, *args, **kwargs):
         _tls.last_name = None
         pg = orig_new(ranks, *args, **kwargs)
+        if getattr(_tls, "quiet", False):
+            return pg
         world = c10d._get_default_group().size()
         members = tuple(sorted(ranks)) if ranks else tuple(range(world))
         if kwargs.get("sort_ranks") is False and ranks:
@@ -113,14 +117,27 @@ def _install_groups(p: Patcher, rec: Recorder) -> None:
 
     @functools.wraps(orig_split)
     def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None, group_desc=None, backend=None):
-        pg = orig_split(parent_pg, split_ranks, timeout, pg_options, group_desc, backend)
-        desc = group_desc or "undefined"
-        for sub in split_ranks or []:
-            sub = tuple(sorted(sub))
+        subs = [tuple(sorted(sub)) for sub in split_ranks or []]
+        names = {sub: c10d._hash_ranks_to_str(list(sub)) for sub in subs}  # before any is created
+        me = dist.get_rank()
+        if torch.accelerator.is_available():
+            pg = orig_split(parent_pg, split_ranks, timeout, pg_options, group_desc, backend)
+        else:
+            # torch splits only accelerator communicators; on a CPU dry run, create this rank's
+            # subgroup with new_group's local synchronization, which names it by the same hash
+            mine = next((list(sub) for sub in subs if me in sub), None)
+            _tls.quiet = True
+            try:
+                pg = (c10d._new_group_with_tag(mine, timeout=timeout, use_local_synchronization=True,
+                                               group_desc=group_desc) if mine is not None else None)
+            finally:
+                _tls.quiet = False
+        for sub in subs:
             on = [r for r in rec.ranks if r in sub]
-            name = str(pg.group_name) if pg is not None and rec.mode == "fake" else c10d._hash_ranks_to_str(list(sub))
             if on:
-                rec.note_group("split_group", GroupRef(name, sub, desc), {"api": "split_group"}, on_ranks=on)
+                name = str(pg.group_name) if pg is not None and me in sub else names[sub]
+                g = GroupRef(name, sub, group_desc or "undefined")
+                rec.note_group("split_group", g, {"api": "split_group"}, on_ranks=on)
         return pg
 
     p.everywhere(orig_split, split_group)
@@ -128,7 +145,11 @@ def _install_groups(p: Patcher, rec: Recorder) -> None:
 
 # ---- DeviceMesh ----------------------------------------------------------------------------
 def _mesh_info(mesh, how: str, rank: int, view) -> dict:
-    ranks = view(mesh.mesh, rank)
+    try:  # the sub-mesh this rank is in (in local mode mesh.mesh would be rank 0's)
+        full = mesh._layout.remap_to_tensor(mesh._rank_map)
+        ranks = view(type(mesh)._get_mesh_tensor_from_full_mesh(full, current_rank=rank), rank)
+    except (AttributeError, RuntimeError):
+        ranks = view(mesh.mesh, rank)
     return {"how": how, "shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names or ()),
             "ranks": [int(x) for x in ranks.flatten().tolist()]}
 
@@ -214,3 +235,20 @@ def _install_p2p(p: Patcher, rec: Recorder) -> None:
             yield cm
 
     p.everywhere(orig_cm, _coalescing_manager)
+
+
+# ---- FSDP2 attribution ---------------------------------------------------------------------
+def _install_fsdp(p: Patcher, rec: Recorder) -> None:
+    """FSDP2 all-gathers (incl. prefetches) and reduce-scatters belong to the unit whose
+    parameters they move, not to whichever module's hook happened to issue them."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    for name in ("unshard", "post_backward"):
+        orig = getattr(FSDPParamGroup, name)
+
+        def method(self, *args, _orig=orig, **kwargs):
+            with rec.attribution.owning(self._module_fqn or ""):
+                return _orig(self, *args, **kwargs)
+
+        functools.update_wrapper(method, orig)
+        p.set(FSDPParamGroup, name, method)
