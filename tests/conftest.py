@@ -1,0 +1,62 @@
+"""Shared fixtures: record the small test programs once per session, decode streams."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import polars as pl
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "programs")
+REPO = os.path.dirname(HERE)
+BIN = os.path.dirname(sys.executable)
+
+
+def program(name: str) -> str:
+    return os.path.join(PROGRAMS, name + ".py")
+
+
+@pytest.fixture(scope="session")
+def recorded(tmp_path_factory):
+    """recorded(name, world_size, mode="fake", args=()) -> path of the merged trace (cached)."""
+    from tracer.program import Program
+    from tracer.record import record
+
+    cache: dict = {}
+    root = tmp_path_factory.mktemp("traces")
+
+    def get(name: str, world_size: int = 4, mode: str = "fake", args: tuple = (), ranks=None):
+        key = (name, world_size, mode, tuple(args), tuple(ranks or ()))
+        if key not in cache:
+            out = str(root / f"{name}-{world_size}-{mode}-{abs(hash(key))}.trace")
+            res = record(Program(script=program(name), args=list(args)), world_size=world_size, out=out,
+                         mode=mode, ranks=ranks, progress=False)
+            cache[key] = (out, res)
+        return cache[key]
+
+    return get
+
+
+def stream(trace, rank: int, ops=None) -> list[dict]:
+    """Rank's events in program order with atoms decoded and group as (label, ranks)."""
+    ev = (trace.events.filter(pl.col("rank") == rank).sort("idx")
+          .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
+          .sort("idx"))
+    out = []
+    for r in ev.iter_rows(named=True):
+        if ops is not None and r["op"] not in ops:
+            continue
+        d = dict(r)
+        for name in ("in_shapes", "out_shapes", "splits", "info"):
+            d[name] = trace.atom(r[name])
+        d["group"] = (r["label"], tuple(r["ranks"])) if r["label"] is not None else None
+        out.append(d)
+    return out
+
+
+def sig(e: dict) -> tuple:
+    """The facts a comm pattern test pins: op, group, seq, peer, dtype, shapes, reduce op, async."""
+    return (e["op"], e["group"][0] if e["group"] else None, e["seq"], e["peer"], e["dtype"],
+            e["in_shapes"], e["out_shapes"], e["reduce_op"], e["async_op"])
