@@ -101,7 +101,10 @@ class TraceWriter:
         """Intern a msgpack-able value; returns its id. None is -1."""
         if value is None:
             return -1
-        key = value if isinstance(value, str) else (type(value), msgpack.packb(value))
+        if isinstance(value, (str, tuple)):  # hashable: the common case, no packing
+            key = value if isinstance(value, str) else (tuple, value)
+        else:
+            key = (type(value), msgpack.packb(value))
         aid = self._atoms.get(key)
         if aid is None:
             aid = self._atoms[key] = len(self._atoms)

@@ -100,7 +100,7 @@ def record(program: Program, *, world_size: int, out: str, mode: str = "fake", r
             if end and end["status"] == "ok":
                 continue
             log = os.path.join(parts_dir, f"job_{job.ranks[0]:05d}.log")
-            why = (end or {}).get("error") or _exit_reason(code, timeout)
+            why = end["error"] if end and end["status"] == "error" else _exit_reason(code, timeout)
             result.errors[r] = f"rank {r}: {why} (log: {log})"
     result.seconds = time.perf_counter() - start
     for p in present:

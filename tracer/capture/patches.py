@@ -30,6 +30,8 @@ class Patcher:
 
     def __init__(self):
         self._undo: list[tuple[Any, str, Any]] = []
+        self._index: dict[int, list] = {}
+        self._scanned: set[str] = set()
 
     def set(self, owner, name: str, value) -> None:
         self._undo.append((owner, name, getattr(owner, name)))
@@ -37,12 +39,22 @@ class Patcher:
 
     def everywhere(self, orig: Callable, new: Callable) -> None:
         """Replace `orig` in every loaded torch.distributed module that holds it by name."""
+        for mod, attr in self._holders().get(id(orig), ()):
+            if getattr(mod, attr) is orig:
+                self.set(mod, attr, new)
+
+    def _holders(self) -> dict[int, list]:
+        # id(function) -> [(module, name)] over the loaded torch.distributed modules, scanning
+        # each module once (modules imported since the last call are added)
         for mod_name, mod in list(sys.modules.items()):
-            if mod is None or not (mod_name == "torch" or mod_name.startswith("torch.distributed")):
+            if mod_name in self._scanned or mod is None:
                 continue
-            for attr, value in list(vars(mod).items()):
-                if value is orig:
-                    self.set(mod, attr, new)
+            self._scanned.add(mod_name)
+            if mod_name == "torch" or mod_name.startswith("torch.distributed"):
+                for attr, value in list(vars(mod).items()):
+                    if callable(value):
+                        self._index.setdefault(id(value), []).append((mod, attr))
+        return self._index
 
     def undo(self) -> None:
         for owner, name, value in reversed(self._undo):
@@ -158,8 +170,9 @@ def _install_mesh(p: Patcher, rec: Recorder) -> None:
     from torch.distributed.device_mesh import DeviceMesh
 
     def emit(mesh, how: str) -> None:
+        where = rec.where()
         for r in rec.ranks:  # fake mode: only this process's rank; local mode: all
-            rec.event(r, "mesh", info=_mesh_info(mesh, how, r, rec.view))
+            rec.event(r, "mesh", where=where, info=_mesh_info(mesh, how, r, rec.view))
 
     def wrap(name: str, how: str):
         orig = getattr(DeviceMesh, name)
@@ -202,10 +215,11 @@ def _install_dtensor(p: Patcher, rec: Recorder) -> None:
                 "src": [str(x) for x in current_spec.placements], "dst": [str(x) for x in target_spec.placements],
                 "shape": list(current_spec.shape)}
         indices = {}
+        where = rec.where()
         for r in rec.ranks:
             t = rec.view(local_tensor, r)
-            indices[r] = rec.event(r, "redistribute", dtype=str(t.dtype).removeprefix("torch."),
-                                   in_shapes=[list(t.shape)], info=info)
+            indices[r] = rec.event(r, "redistribute", where=where, dtype=str(t.dtype).removeprefix("torch."),
+                                   in_shapes=(tuple(t.shape),), info=info)
         with rec.parent(indices):
             return orig(local_tensor, current_spec, target_spec, *args, **kwargs)
 

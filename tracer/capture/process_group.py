@@ -3,14 +3,21 @@
 Registered as the c10d backend "commtrace". torch accepts a Python ProcessGroup subclass as a
 backend, and every path that issues a collective ends in one of these methods: the c10d API
 (incl. async_op), the functional collectives DTensor/TP use (through their C++ ops), FSDP2's
-all-gather / reduce-scatter and the coalescing manager. Like torch's fake backend, nothing is
-communicated: outputs keep whatever bytes they had; only the metadata is recorded.
+all-gather / reduce-scatter and the coalescing manager. Nothing is communicated; only the
+metadata is recorded.
+
+Unlike torch's fake backend, outputs are not left holding uninitialized memory: each collective
+fills them as if every rank held this rank's data (an all-gather repeats the input, a
+reduce-scatter takes this rank's chunk, ...). Garbage bytes are NaNs and negatives that make CPU
+math 5-100x slower and can flip data-dependent control flow (inf checks, loss scaling); mirrored
+data keeps a dry run's compute plausible at the price of one memcpy per collective.
 """
 
 from __future__ import annotations
 
 import threading
 
+import torch
 import torch.distributed as dist
 
 from tracer.capture.recorder import Call, Recorder
@@ -49,8 +56,6 @@ class RecordingWork(dist.Work):
         return True
 
     def get_future(self):
-        import torch.futures
-
         fut = torch.futures.Future()
         fut.set_result(None)
         return fut
@@ -78,6 +83,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def _go(self, call: Call) -> RecordingWork:
         rec = RecordingProcessGroup.recorder
         indices = rec.record(call) if rec is not None and not rec.busy else {}
+        _mirror(call, self.rank(), self.size())
         return RecordingWork(rec, indices, call.async_op)
 
     # --- collectives (argument layouts as torch's PyProcessGroup trampoline passes them) ---
@@ -167,6 +173,42 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def recv_anysource(self, tensors, tag):
         blocking = getattr(_state, "blocking", False)
         return self._go(Call("recv", self, [], tensors, peer=-1, tag=tag, async_op=not blocking))
+
+
+@torch.no_grad()
+def _mirror(call: Call, rank: int, size: int) -> None:
+    """Fill the outputs as if every rank held this rank's inputs (see module docstring)."""
+    op, ins, outs = call.op, call.inputs, call.outputs
+    if not outs or op in ("all_reduce", "all_reduce_coalesced", "broadcast", "reduce"):
+        return  # in place: the input already is a plausible result
+    if op in ("all_gather_into_tensor", "all_gather_into_tensor_coalesced"):
+        for i, o in zip(ins, outs):
+            if o.numel() == i.numel() * size:
+                o.view(size, -1).copy_(i.reshape(1, -1).clone())  # FSDP's input is a slice of o
+    elif op in ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"):
+        for i, o in zip(ins, outs):
+            if i.numel() == o.numel() * size:
+                o.view(-1).copy_(i.reshape(size, -1)[rank].clone())
+    elif op in ("all_gather", "gather", "all_gather_coalesced"):
+        src = ins[0] if ins else None
+        for o in outs:
+            if src is not None and o.shape == src.shape:
+                o.copy_(src)
+    elif op in ("reduce_scatter", "scatter", "all_to_all"):
+        for k, o in enumerate(outs):
+            src = ins[rank] if op != "all_to_all" and len(ins) == size else (ins[k] if k < len(ins) else None)
+            if src is not None and src.shape == o.shape:
+                o.copy_(src)
+            else:
+                o.zero_()
+    elif op == "all_to_all_single":
+        if ins[0].shape == outs[0].shape:
+            outs[0].copy_(ins[0])
+        else:
+            outs[0].zero_()
+    elif op == "recv":
+        for o in outs:
+            o.zero_()
 
 
 def blocking_p2p(fn):

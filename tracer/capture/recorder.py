@@ -121,14 +121,20 @@ class Recorder:
         """A group creation call that every rank in `on_ranks` (default: all streams) made."""
         if g.name not in self.created[(g.desc, g.ranks)]:
             self.created[(g.desc, g.ranks)].append(g.name)
+        where = self.where()
         for r in on_ranks if on_ranks is not None else self.ranks:
-            self.event(r, op, g, info=dict(info or {}, member=r in g.ranks))
+            self.event(r, op, g, where, info=dict(info or {}, member=r in g.ranks))
 
     # ---- events -------------------------------------------------------------------------
-    def event(self, rank: int, op: str, group: GroupRef | None = None, **values) -> int:
-        s = self.streams[rank]
+    def where(self) -> tuple[str, str, int, str]:
+        """(module, phase, step, frame) of the op being recorded; computed once per call."""
         a = self.attribution
+        return a.module(), a.phase(), a.step, a.frame()
+
+    def event(self, rank: int, op: str, group: GroupRef | None = None, where: tuple | None = None, **values) -> int:
+        s = self.streams[rank]
         w = s.writer
+        module, phase, step, frame = where or self.where()
         gid = -1 if group is None else s.gid(group)
         if op in fmt.COLLECTIVE_OPS:
             values["seq"] = s.seq[gid]
@@ -141,8 +147,8 @@ class Recorder:
             if name in values:
                 values[name] = w.atom(values[name])
         row = fmt.default_row(
-            op=w.atom(op), group=gid, module=w.atom(a.module()), phase=w.atom(a.phase()), step=a.step,
-            frame=w.atom(a.frame()), parent=s.parents[-1] if s.parents else -1, batch=self._batch,
+            op=w.atom(op), group=gid, module=w.atom(module), phase=w.atom(phase), step=step,
+            frame=w.atom(frame), parent=s.parents[-1] if s.parents else -1, batch=self._batch,
             ts=time.perf_counter() - s.t0, **values)
         w.row(rank, row)
         s.n += 1
@@ -154,6 +160,7 @@ class Recorder:
         if call.op in fmt.P2P_OPS and self.mode == "local":
             raise RecordError("p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
                               "in lockstep); record this program with --mode fake")
+        where = self.where()
         for g in self.siblings(call.pg, self.group_ref(call.pg)):
             for r in g.ranks:
                 if r not in self.streams:
@@ -166,7 +173,7 @@ class Recorder:
                 if call.op == "gather" and not is_root:
                     outs = []
                 values: dict[str, Any] = dict(
-                    in_shapes=[list(t.shape) for t in ins], out_shapes=[list(t.shape) for t in outs],
+                    in_shapes=tuple(tuple(t.shape) for t in ins), out_shapes=tuple(tuple(t.shape) for t in outs),
                     in_bytes=sum(t.numel() * t.element_size() for t in ins),
                     out_bytes=sum(t.numel() * t.element_size() for t in outs),
                     async_op=int(call.async_op), tag=call.tag)
@@ -181,12 +188,13 @@ class Recorder:
                     values["peer"] = g.ranks[call.peer] if 0 <= call.peer < len(g.ranks) else -1
                 if call.op == "all_to_all_single":
                     values["splits"] = _a2a_splits(call.splits, ins[0], outs[0], len(g.ranks), lambda x: self.view(x, r))
-                out[r] = self.event(r, call.op, g, **values)
+                out[r] = self.event(r, call.op, g, where, **values)
         return out
 
     def waited(self, indices: dict[int, int]) -> None:
+        where = self.where()
         for r, idx in indices.items():
-            self.event(r, "wait", ref=idx)
+            self.event(r, "wait", where=where, ref=idx)
 
     # ---- context ------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -218,12 +226,12 @@ class Recorder:
             self.streams[r].close(status, error)
 
 
-def _a2a_splits(splits, inp, out, n: int, view) -> list[list[int]]:
+def _a2a_splits(splits, inp, out, n: int, view) -> tuple:
     """[input_split_sizes, output_split_sizes] with torch's default of equal splits filled in."""
     in_s, out_s = splits if splits is not None else ([], [])
-    in_s = [int(view(x)) for x in in_s] or [inp.shape[0] // n] * n
-    out_s = [int(view(x)) for x in out_s] or [out.shape[0] // n] * n
-    return [in_s, out_s]
+    in_s = tuple(int(view(x)) for x in in_s) or (inp.shape[0] // n,) * n
+    out_s = tuple(int(view(x)) for x in out_s) or (out.shape[0] // n,) * n
+    return (in_s, out_s)
 
 
 def part_path(parts_dir: str, rank: int) -> str:

@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine:
+#   make demo   record an example job, print what it communicates
+#   make test   run the test suite
+# Each creates .venv and installs torch==2.13.0 (CPU wheel) first when needed: an unpinned
+# torch can pull a multi-GB CUDA build.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.commtrace-installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	mkdir -p out
+	$(BIN)/tracer record --script examples/fsdp_tp.py --world-size 4 -o out/demo.trace
+	$(BIN)/analyzer summary out/demo.trace
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python bench/recorder_overhead.py
+
+clean:
+	rm -rf out .pytest_cache

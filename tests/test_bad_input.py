@@ -1,0 +1,109 @@
+"""Bad input gets one line and exit 2; what was recorded survives failures, timeouts, SIGKILL."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from analyzer.load import LoadError, load
+from conftest import BIN, program, stream
+
+
+def run(*args, cwd=None, timeout=120):
+    return subprocess.run([os.path.join(BIN, args[0]), *args[1:]], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+def one_line_error(proc) -> str:
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    assert lines, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_missing_script(tmp_path):
+    p = run("tracer", "record", "--script", str(tmp_path / "nope.py"), "-n", "4", cwd=tmp_path)
+    assert p.returncode == 2 and "script not found" in one_line_error(p)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["-n", "0"], "--world-size must be at least 1"),
+    (["-n", "4", "--ranks", "2-9"], "outside 0..3"),
+    (["-n", "4", "--ranks", "x"], "--ranks"),
+    (["-n", "4", "--mode", "mpi"], "--mode"),
+])
+def test_bad_options(tmp_path, args, msg):
+    p = run("tracer", "record", "--script", program("rank_branch"), *args, cwd=tmp_path)
+    assert p.returncode == 2 and msg in one_line_error(p)
+
+
+def test_wrong_world_size_names_rank_and_cause(tmp_path):
+    p = run("tracer", "record", "--script", program("wrong_world"), "-n", "4", "-o", "w.trace", cwd=tmp_path)
+    assert p.returncode == 2
+    line = one_line_error(p)
+    assert "rank 0" in line and "world_size=8" in line and "simulates 4 ranks" in line
+
+
+def test_rank_that_raises_keeps_everyones_events(tmp_path):
+    p = run("tracer", "record", "--script", program("raises"), "-n", "4", "-o", "r.trace", cwd=tmp_path)
+    assert p.returncode == 2
+    line = one_line_error(p)
+    assert "rank 2" in line and "ValueError: bad batch on rank 2" in line and "raises.py:8" in line
+    t = load(tmp_path / "r.trace")
+    assert t.status[2]["status"] == "error" and t.status[0]["status"] == "ok"
+    assert [e["op"] for e in stream(t, 2)] == ["init_process_group", "all_reduce"]
+    assert [e["op"] for e in stream(t, 3)] == ["init_process_group", "all_reduce", "all_reduce"]
+    assert any("rank 2: error" in n for n in t.notes)
+
+
+def test_timeout_kills_a_hung_rank_and_keeps_its_events(tmp_path):
+    p = run("tracer", "record", "--script", program("hang"), "-n", "2", "-o", "h.trace", "--timeout", "8",
+            cwd=tmp_path)
+    assert p.returncode == 2 and "timed out after 8 s" in one_line_error(p)
+    t = load(tmp_path / "h.trace")
+    assert t.truncated
+    for rank in (0, 1):
+        assert [e["op"] for e in stream(t, rank)] == ["init_process_group"] + ["all_reduce"] * 3
+
+
+def test_sigkill_leaves_a_loadable_recording(tmp_path):
+    proc = subprocess.Popen([os.path.join(BIN, "tracer"), "record", "--script", program("hang"), "-n", "2",
+                             "-o", "k.trace"], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parts = tmp_path / "k.trace.parts"
+    deadline = time.time() + 60
+    try:
+        while time.time() < deadline:
+            try:
+                t = load(parts)
+                if all(len(stream(t, r)) == 4 for r in (0, 1)):
+                    break
+            except LoadError:
+                pass
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (tmp_path / "k.trace").exists()
+    t = load(tmp_path / "k.trace")  # falls back to the parts folder
+    assert t.truncated and any("never written" in n for n in t.notes)
+    assert t.status[0]["status"] == "truncated"
+    for rank in (0, 1):
+        assert [e["op"] for e in stream(t, rank)] == ["init_process_group"] + ["all_reduce"] * 3
+    # the parts can also be merged into a trace by hand
+    m = run("tracer", "merge", str(parts), "-o", str(tmp_path / "merged.trace"))
+    assert m.returncode == 0
+    assert load(tmp_path / "merged.trace").events.height == 8
+
+
+def test_truncated_trace_loads_with_a_note(recorded, tmp_path):
+    path, _ = recorded("collectives", 4, "fake")
+    data = open(path, "rb").read()
+    cut = tmp_path / "cut.trace"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    t = load(cut)
+    assert t.truncated and any("truncated at byte" in n for n in t.notes)
+    assert 0 < t.events.height < load(path).events.height
