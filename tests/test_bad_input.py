@@ -60,9 +60,9 @@ def test_rank_that_raises_keeps_everyones_events(tmp_path):
 
 
 def test_timeout_kills_a_hung_rank_and_keeps_its_events(tmp_path):
-    p = run("tracer", "record", "--script", program("hang"), "-n", "2", "-o", "h.trace", "--timeout", "8",
+    p = run("tracer", "record", "--script", program("hang"), "-n", "2", "-o", "h.trace", "--timeout", "5",
             cwd=tmp_path)
-    assert p.returncode == 2 and "timed out after 8 s" in one_line_error(p)
+    assert p.returncode == 2 and "timed out after 5 s" in one_line_error(p)
     t = load(tmp_path / "h.trace")
     assert t.truncated
     for rank in (0, 1):
