@@ -49,6 +49,28 @@ def summary(trace: str = typer.Argument(..., help="A .trace file or a folder of 
         console.summary(Console(), t, s)
 
 
+@app.command()
+def check(trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
+          json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON.")) -> None:
+    """Mismatched collectives, skipped collectives, p2p and group-creation errors, with culprits.
+    Exit 0 when clean, 1 with findings."""
+    from analyzer.checks import run_checks
+
+    t = _load(trace)
+    found = run_checks(t)
+    if json_out:
+        from analyzer.render import json as render_json
+
+        render_json.findings(t, found)
+    else:
+        from rich.console import Console
+
+        from analyzer.render import console
+
+        console.findings(Console(), t, found)
+    raise typer.Exit(1 if found else 0)
+
+
 def main() -> None:
     try:
         app()

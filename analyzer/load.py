@@ -51,7 +51,8 @@ class Trace:
     @property
     def missing_ranks(self) -> list[int]:
         """Ranks the recording was asked for that left no stream."""
-        return sorted(set(self.header.get("ranks", [])) - set(self.ranks))
+        asked = (self.header.get("config") or {}).get("ranks") or self.header.get("ranks", [])
+        return sorted(set(asked) - set(self.ranks))
 
     def atom(self, aid: int) -> Any:
         return None if aid < 0 else self.atoms[aid]

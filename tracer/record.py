@@ -82,7 +82,8 @@ def record(program: Program, *, world_size: int, out: str, mode: str = "fake", r
     shutil.rmtree(parts_dir, ignore_errors=True)
     os.makedirs(parts_dir)
     common = dict(program=program, mode=mode, world_size=world_size, parts_dir=parts_dir,
-                  config=dict(config or {}, program=program.label, args=program.args), root=os.getcwd())
+                  config=dict(config or {}, program=program.label, args=program.args, ranks=ranks),
+                  root=os.getcwd())
     if mode == "fake":
         todo = [Job(ranks=[r], **common) for r in ranks]
     else:

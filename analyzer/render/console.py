@@ -44,3 +44,29 @@ def summary(console: Console, trace: Trace, s: Summary) -> None:
         for r in rows.iter_rows(named=True):
             t.add_row(r["group"] or "-", str(r["size"] or ""), r["op"], str(r["calls"]), human_bytes(r["bytes"]))
         console.print(t)
+
+
+def findings(console: Console, trace: Trace, found: list) -> None:
+    from analyzer.findings import group_text, ranks_text
+
+    trace_header(console, trace)
+    if not found:
+        console.print("[bold green]✓ no findings[/]: collectives, p2p and group creation match on every rank")
+        return
+    console.print(f"[bold red]✗ {len(found)} finding{'s' if len(found) != 1 else ''}[/]")
+    t = Table(show_lines=True)
+    t.add_column("kind", style="bold")
+    t.add_column("group")
+    t.add_column("seq", justify="right")
+    t.add_column("culprits", style="red")
+    t.add_column("what happened", ratio=1)
+    for f in found:
+        detail = [f.message]
+        if f.expected is not None and f.kind not in ("missing_collective", "group_mismatch"):
+            detail.append(f"[dim]majority:[/] {f.expected}" + (f"  [dim]at {f.frames[-1]}[/]" if -1 in f.frames else ""))
+        for r in f.culprit_ranks:
+            if r in f.frames and f.frames[r] != "-":
+                detail.append(f"[dim]rank {r}:[/] {f.frames[r]}")
+        t.add_row(f.kind, group_text(f.group), "-" if f.seq is None else str(f.seq), ranks_text(f.culprit_ranks),
+                  "\n".join(detail))
+    console.print(t)

@@ -24,3 +24,12 @@ def summary(trace: Trace, s: Summary) -> None:
            "rows": s.table.to_dicts()}
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
+
+
+def findings(trace: Trace, found: list) -> None:
+    counts: dict[str, int] = {}
+    for f in found:
+        counts[f.kind] = counts.get(f.kind, 0) + 1
+    json.dump({"findings": [f.to_json() for f in found], "counts": counts, "trace": trace_info(trace)},
+              sys.stdout, indent=1)
+    sys.stdout.write("\n")

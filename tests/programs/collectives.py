@@ -16,8 +16,8 @@ dist.gather(x, [torch.empty(8) for _ in range(world)] if rank == 0 else None, ds
 dist.scatter(torch.empty(8), [torch.ones(8) for _ in range(world)] if rank == 3 else None, src=3)
 dist.all_to_all([torch.empty(2) for _ in range(world)], list(torch.ones(8).chunk(world)))
 dist.all_to_all_single(torch.empty(8), torch.ones(8))            # equal splits
-dist.all_to_all_single(torch.empty(6), torch.ones(10), output_split_sizes=[1, 2, 1, 2],
-                       input_split_sizes=[4, 3, 2, 1])
+dist.all_to_all_single(torch.empty(12), torch.ones(12), output_split_sizes=[3, 3, 3, 3],
+                       input_split_sizes=[3, 3, 3, 3])
 with dist._coalescing_manager(async_ops=False):
     dist.all_reduce(torch.ones(3))
     dist.all_reduce(torch.ones(5))

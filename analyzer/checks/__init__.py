@@ -1,0 +1,21 @@
+"""Checks: each a pure function from a loaded Trace to a list of Findings (a plain registry)."""
+
+from __future__ import annotations
+
+from analyzer.checks import collectives, groups, p2p
+from analyzer.findings import Finding
+from analyzer.load import Trace
+
+CHECKS = {
+    "groups": groups.check,
+    "collectives": collectives.check,
+    "p2p": p2p.check,
+}
+
+
+def run_checks(trace: Trace, names: list[str] | None = None) -> list[Finding]:
+    out: list[Finding] = []
+    for name, check in CHECKS.items():
+        if names is None or name in names:
+            out.extend(check(trace))
+    return out

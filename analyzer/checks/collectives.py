@@ -1,0 +1,323 @@
+"""Collectives matched per (group, position): op, shape, dtype, reduce op, root, a2a splits, and
+collectives that a rank skipped or added -- without cascades.
+
+How: each collective gets a token (op, dtype, reduce op, root, the shape every member must agree
+on, user frame). Ranks whose token sequence on a group equals the majority's are aligned as they
+are (columnar: one group-by). Only the deviating ranks are aligned to the majority's sequence
+with a diff (common prefix/suffix, then difflib): a deleted run is one `missing_collective`, an
+inserted run one more, a replaced pair is compared field by field. Positions mapped this way feed
+the columnar per-row checks (all-gather output = input x group size, ...) and the all_to_all
+split matrix. Culprits are the ranks that differ from the majority; without a strict majority
+(e.g. two members), all of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+
+import polars as pl
+
+from analyzer.checks.common import atom_values, conflicting_gids, group_table, majority, shape_text
+from analyzer.findings import Finding, group_text, ranks_text
+from analyzer.load import Trace
+from tracer.format import COLLECTIVE_OPS
+
+KEY_IN = ["all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather_into_tensor",
+          "all_gather_into_tensor_coalesced", "all_gather", "all_gather_coalesced", "gather"]
+KEY_OUT = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter", "scatter"]
+ROOTED = ["broadcast", "reduce", "gather", "scatter"]
+GATHERS = ["all_gather_into_tensor", "all_gather_into_tensor_coalesced", "all_gather", "all_gather_coalesced"]
+SCATTERS = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter"]
+FIELDS = (("op", "op_mismatch"), ("dtype", "dtype_mismatch"), ("reduce_op", "reduce_op_mismatch"),
+          ("root", "root_mismatch"), ("key", "shape_mismatch"))
+
+
+def collective_rows(trace: Trace) -> pl.DataFrame:
+    skip = conflicting_gids(trace)
+    op = pl.col("op")
+    return (
+        trace.events.with_columns(op=op.cast(pl.String))
+        .filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS)) & (pl.col("group") >= 0)
+                & ~pl.col("group").is_in(sorted(skip)))
+        .select("rank", "idx", "group", "seq", "op", "dtype", "reduce_op", "peer", "in_shapes", "out_shapes",
+                "splits", "frame", "module")
+        .with_columns(
+            key=pl.when(pl.col("op").is_in(KEY_IN)).then("in_shapes")
+            .when(pl.col("op").is_in(KEY_OUT)).then("out_shapes").otherwise(-2),
+            root=pl.when(pl.col("op").is_in(ROOTED)).then("peer").otherwise(-2))
+        .with_columns(tok=pl.struct("op", "dtype", "reduce_op", "root", "key", "frame").hash())
+        .sort("group", "rank", "seq")
+    )
+
+
+class _Report:
+    """Findings keyed by (kind, group, position) so that ranks deviating alike share one."""
+
+    def __init__(self, trace: Trace, groups: dict):
+        self.trace, self.groups = trace, groups
+        self.found: dict[tuple, Finding] = {}
+
+    def add(self, kind: str, gid: int, pos: int | None, rank: int, *, op, expected, actual, frame: str,
+            members: list[int], message, rep_frame: str | None = None, extra: dict | None = None) -> None:
+        key = (kind, gid, pos, extra.get("detail") if extra else None)
+        f = self.found.get(key)
+        if f is None:
+            f = self.found[key] = Finding(kind=kind, message="", ranks=list(members), culprit_ranks=[],
+                                          group=self.groups[gid], seq=pos, op=op, expected=expected,
+                                          extra=dict(extra or {}))
+            f.extra["_message"] = message
+            if rep_frame:
+                f.frames[-1] = rep_frame
+        if rank not in f.culprit_ranks:
+            f.culprit_ranks.append(rank)
+        f.actual[rank] = actual
+        f.frames[rank] = frame
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for f in self.found.values():
+            f.culprit_ranks.sort()
+            f.message = f.extra.pop("_message")(f)
+            out.append(f)
+        return sorted(out, key=lambda f: (f.group["label"], f.seq if f.seq is not None else -1, f.kind))
+
+
+def check(trace: Trace) -> list[Finding]:
+    groups = group_table(trace)
+    rows = collective_rows(trace)
+    if rows.is_empty():
+        return []
+    present = set(trace.ranks)
+    report = _Report(trace, groups)
+    atoms = atom_values(trace, set(rows["key"].unique().to_list()) | set(rows["in_shapes"].unique().to_list())
+                        | set(rows["out_shapes"].unique().to_list()))
+    per = rows.group_by("group", "rank").agg(n=pl.len(), h=pl.struct("tok", "seq").hash().sum())
+    sig = {(g, r): (n, h) for g, r, n, h in per.iter_rows()}
+    mapped: list[pl.DataFrame] = []
+    for gid in sorted(rows["group"].unique().to_list()):
+        members = [r for r in groups[gid]["ranks"] if r in present]
+        votes = {r: sig.get((gid, r), (0, 0)) for r in members}
+        value, deviants = majority(votes)
+        rep = min(r for r, v in votes.items() if v == value)
+        aligned = [r for r in members if votes[r] == value and r not in deviants]
+        grows = rows.filter(pl.col("group") == gid)
+        mapped.append(grows.filter(pl.col("rank").is_in(aligned)).with_columns(pos=pl.col("seq")))
+        contested = len(deviants) == len(members)
+        rep_rows = grows.filter(pl.col("rank") == rep).to_dicts()
+        for r in deviants:
+            if r == rep:
+                continue
+            dev_rows = grows.filter(pl.col("rank") == r).to_dicts()
+            culprits = members if contested else [r]
+            pairs = _align(report, gid, members, culprits, r, rep_rows, dev_rows, trace, atoms)
+            if pairs:
+                mapped.append(pl.DataFrame({"rank": [r] * len(pairs), "seq": [s for s, _ in pairs],
+                                            "pos": [p for _, p in pairs]},
+                                           schema={"rank": pl.Int32, "seq": pl.Int64, "pos": pl.Int64})
+                              .join(grows.filter(pl.col("rank") == r), on=["rank", "seq"]))
+        if contested:
+            mapped.append(grows.filter(pl.col("rank") == rep).with_columns(pos=pl.col("seq")))
+    positioned = pl.concat([m.select(sorted(m.columns)) for m in mapped if not m.is_empty()], how="vertical") \
+        if any(not m.is_empty() for m in mapped) else None
+    if positioned is not None:
+        _self_consistency(report, trace, groups, positioned, atoms, present)
+        _splits(report, trace, groups, positioned, present)
+    return report.findings()
+
+
+def _align(report: _Report, gid: int, members, culprits, rank: int, rep_rows, dev_rows, trace,
+           atoms) -> list[tuple[int, int]]:
+    """Diff a deviating rank against the majority; report skips, extras and replaced pairs.
+    Returns the (own seq, majority position) pairs that matched."""
+    a = [x["tok"] for x in rep_rows]
+    b = [x["tok"] for x in dev_rows]
+    pairs: list[tuple[int, int]] = []
+    for tag, i1, i2, j1, j2 in _opcodes(a, b):
+        if tag == "equal":
+            pairs.extend((dev_rows[j1 + k]["seq"], rep_rows[i1 + k]["seq"]) for k in range(i2 - i1))
+            continue
+        n = min(i2 - i1, j2 - j1) if tag == "replace" else 0
+        for k in range(n):  # replaced one for one: compare fields
+            pairs.append((dev_rows[j1 + k]["seq"], rep_rows[i1 + k]["seq"]))
+            _compare(report, gid, members, culprits, rep_rows[i1 + k], dev_rows[j1 + k], atoms)
+        if i2 - i1 > n:  # the majority has collectives this rank never issued
+            _missing(report, gid, members, culprits, rep_rows[i1 + n:i2], rank, dev_rows, j1 + n, trace)
+        if j2 - j1 > n:  # this rank issued collectives the majority never did
+            _extra(report, gid, members, culprits, dev_rows[j1 + n:j2], rep_rows, i1 + n)
+    return pairs
+
+
+def _opcodes(a: list, b: list):
+    """difflib opcodes, with the common prefix and suffix matched first (long repetitive streams
+    with one deviation stay linear)."""
+    p = 0
+    while p < len(a) and p < len(b) and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < len(a) - p and s < len(b) - p and a[len(a) - 1 - s] == b[len(b) - 1 - s]:
+        s += 1
+    if p:
+        yield "equal", 0, p, 0, p
+    if p < len(a) - s or p < len(b) - s:
+        sm = difflib.SequenceMatcher(None, a[p:len(a) - s], b[p:len(b) - s], autojunk=False)
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            yield tag, i1 + p, i2 + p, j1 + p, j2 + p
+    if s:
+        yield "equal", len(a) - s, len(a), len(b) - s, len(b)
+
+
+def _where(row: dict) -> str:
+    frame = row.get("frame") or "?"
+    return f"{frame} [{row['module']}]" if row.get("module") else frame
+
+
+def _describe(field: str, row: dict, atoms) -> object:
+    if field == "key":
+        return shape_text(atoms.get(row["key"])) if row["key"] >= 0 else "-"
+    return row[field]
+
+
+def _compare(report, gid, members, culprits, rep: dict, dev: dict, atoms) -> None:
+    for field, kind in FIELDS:
+        if rep[field] == dev[field]:
+            continue
+        exp, act = _describe(field, rep, atoms), _describe(field, dev, atoms)
+        what = {"op": "op", "dtype": "dtype", "reduce_op": "reduce op", "root": "root", "key": "shape"}[field]
+
+        def message(f, what=what, rep=rep):
+            bad = ", ".join(f"rank {r}: {f.actual[r]}" for r in f.culprit_ranks if r in f.actual)
+            return (f"{rep['op']} #{f.seq} on {group_text(f.group)}: {what} {f.expected} on the other ranks, "
+                    f"but {bad}")
+
+        report.add(kind, gid, rep["seq"], dev["rank"], op=rep["op"], expected=exp, actual=act,
+                   frame=_where(dev), members=members, message=message, rep_frame=_where(rep))
+        for r in culprits:
+            if r != dev["rank"]:
+                report.add(kind, gid, rep["seq"], r, op=rep["op"], expected=exp, actual=exp, frame=_where(rep),
+                           members=members, message=message)
+        if field == "op":
+            return  # a different op makes the other fields meaningless
+
+
+def _missing(report, gid, members, culprits, skipped: list[dict], rank, dev_rows, j, trace) -> None:
+    first = skipped[0]
+    before = dev_rows[j - 1] if j > 0 else None
+    stopped = j >= len(dev_rows)
+    status = trace.status.get(rank, {})
+    detail = "stopped" if stopped else "skipped"
+
+    def message(f, first=first, n=len(skipped), stopped=stopped, before=before, status=status):
+        who = f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}"
+        what = f"{first['op']} #{first['seq']} on {group_text(f.group)} ({_where(first)})"
+        if stopped:
+            tail = f" and the {n - 1} collectives after it" if n > 1 else ""
+            why = f"; the rank ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "") \
+                if status.get("status", "ok") != "ok" else ""
+            return f"{who} never issued {what}{tail}{why}"
+        more = f" (and {n - 1} more after it)" if n > 1 else ""
+        after = f", going from {before['op']} #{before['seq']} straight on" if before else ""
+        return f"{who} skipped {what}{more}{after}; the other ranks issued it"
+
+    for r in culprits:
+        report.add("missing_collective", gid, first["seq"], r, op=first["op"], expected=f"{first['op']} #{first['seq']}",
+                   actual="missing", frame=_where(before) if before and r == rank else "-", members=members,
+                   message=message, rep_frame=_where(first), extra={"detail": detail, "count": len(skipped)})
+
+
+def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> None:
+    first = added[0]
+    pos = rep_rows[i]["seq"] if i < len(rep_rows) else (rep_rows[-1]["seq"] + 1 if rep_rows else 0)
+
+    def message(f, first=first, n=len(added)):
+        who = f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}"
+        more = f" (and {n - 1} more)" if n > 1 else ""
+        return (f"{who} issued an extra {first['op']} on {group_text(f.group)} at {_where(first)}{more}, "
+                f"before position #{f.seq} of the other ranks, who never issued it")
+
+    for r in culprits:
+        report.add("missing_collective", gid, pos, r, op=first["op"], expected="nothing",
+                   actual=f"{first['op']} (own seq {first['seq']})", frame=_where(first), members=members,
+                   message=message, extra={"detail": "extra", "count": len(added)})
+
+
+def _self_consistency(report, trace, groups, rows: pl.DataFrame, atoms, present) -> None:
+    """All-gathers must output group-size x their input; reduce-scatters the reverse."""
+    numel = {aid: sum(_prod(s) for s in v) for aid, v in atoms.items() if isinstance(v, list)}
+    count = {aid: len(v) for aid, v in atoms.items() if isinstance(v, list)}
+    cand = rows.filter(pl.col("op").is_in(GATHERS + SCATTERS))
+    if cand.is_empty():
+        return
+    sizes = trace.groups.select(group="gid", size="size")
+    cand = cand.join(sizes, on="group").with_columns(
+        i=pl.col("in_shapes").replace_strict(numel, default=0, return_dtype=pl.Int64),
+        o=pl.col("out_shapes").replace_strict(numel, default=0, return_dtype=pl.Int64),
+        ni=pl.col("in_shapes").replace_strict(count, default=0, return_dtype=pl.Int64),
+        no=pl.col("out_shapes").replace_strict(count, default=0, return_dtype=pl.Int64))
+    gathers = pl.col("op").is_in(GATHERS)
+    bad = cand.filter(pl.when(gathers).then(pl.col("o") != pl.col("i") * pl.col("size"))
+                      .otherwise(pl.col("i") != pl.col("o") * pl.col("size"))
+                      | (pl.col("op").is_in(["all_gather", "reduce_scatter"])
+                         & (pl.when(gathers).then(pl.col("no")).otherwise(pl.col("ni")) != pl.col("size"))))
+    for row in bad.to_dicts():
+        gid = row["group"]
+        members = [r for r in groups[gid]["ranks"] if r in present]
+        io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
+        rule = "output = input x group size" if row["op"] in GATHERS else "input = output x group size"
+
+        def message(f, row=row, rule=rule):
+            bad = "; ".join(f"rank {r}: {f.actual[r]}" for r in f.culprit_ranks)
+            return f"{row['op']} #{f.seq} on {group_text(f.group)} breaks {rule} ({len(f.ranks)} ranks): {bad}"
+
+        report.add("shape_mismatch", gid, row["pos"], row["rank"], op=row["op"], expected=rule, actual=io,
+                   frame=_where(row), members=members, message=message)
+
+
+def _splits(report, trace, groups, rows: pl.DataFrame, present) -> None:
+    """all_to_all_single: what rank i sends j must equal what j expects from i."""
+    a2a = rows.filter(pl.col("op") == "all_to_all_single")
+    if a2a.is_empty():
+        return
+    atoms = atom_values(trace, a2a["splits"].unique().to_list())
+    table = pl.DataFrame({"splits": list(atoms), "send": [v[0] if v else [] for v in atoms.values()],
+                          "expect": [v[1] if v else [] for v in atoms.values()]},
+                         schema={"splits": pl.Int32, "send": pl.List(pl.Int64), "expect": pl.List(pl.Int64)})
+    members = trace.groups.select(group="gid", peer="ranks").explode("peer").with_columns(
+        j=pl.int_range(pl.len()).over("group"))
+    base = a2a.select("group", "pos", "rank", "splits", "frame", "module").join(table, on="splits")
+    send = (base.select("group", "pos", src="rank", v="send").explode("v")
+            .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "src"))
+            .join(members, on=["group", "j"]).rename({"peer": "dst", "v": "sent"}).drop("j"))
+    recv = (base.select("group", "pos", dst="rank", v="expect").explode("v")
+            .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "dst"))
+            .join(members, on=["group", "j"]).rename({"peer": "src", "v": "expected"}).drop("j"))
+    pairs = send.join(recv, on=["group", "pos", "src", "dst"], how="inner").filter(pl.col("sent") != pl.col("expected"))
+    frames = {(r["group"], r["pos"], r["rank"]): _where(r) for r in base.select(
+        "group", "pos", "rank", "frame", "module").to_dicts()}
+    for (gid, pos), bad in pairs.group_by(["group", "pos"], maintain_order=True):
+        counts: dict[int, int] = defaultdict(int)
+        for s, d in zip(bad["src"], bad["dst"]):
+            counts[s] += 1
+            if d != s:
+                counts[d] += 1
+        top = max(counts.values())
+        culprits = sorted(r for r, c in counts.items() if c == top)
+        mism = [f"{s}->{d}: sends {x}, expected {y}" for s, d, x, y in bad.select("src", "dst", "sent", "expected").iter_rows()]
+        group_members = [r for r in groups[gid]["ranks"] if r in present]
+
+        def message(f, mism=mism):
+            return (f"all_to_all_single #{f.seq} on {group_text(f.group)}: split sizes disagree "
+                    f"({'; '.join(mism[:6])}{' ...' if len(mism) > 6 else ''}); culprit "
+                    f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}")
+
+        for r in culprits:
+            report.add("split_mismatch", gid, pos, r, op="all_to_all_single", expected="send[i][j] == expect[j][i]",
+                       actual=[m for m in mism if m.startswith(f"{r}->") or m.split(":")[0].endswith(f"->{r}")],
+                       frame=frames.get((gid, pos, r), "?"), members=group_members, message=message)
+
+
+def _prod(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out

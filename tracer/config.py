@@ -1,0 +1,409 @@
+"""The job config of `tracer record CONFIG.toml`: TorchTitan v0.2.2 key names, checked strictly.
+
+Sections commtrace uses are typed dataclasses below; TorchTitan sections that cannot change a
+comm pattern (metrics, checkpoint, ...) and TorchTitan keys of used sections that do not either
+(dataset, tokenizer_path, ...) are accepted and ignored, so a real TorchTitan TOML records as is.
+Anything else is a ValueError with a one-line message naming the key (the CLI exits 2 on it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
+STAGES_PER_RANK = {"GPipe": 1, "1F1B": 1, "Interleaved1F1B": 2}
+"""Looped schedules hold several stages per rank; TorchTitan's default for Interleaved1F1B is 2."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Job:
+    script: str | None = None
+    """Record this Python file (run as `python FILE.py ARGS`) instead of the built-in workload."""
+    entrypoint: str | None = None
+    """Record `package.module:function` instead of the built-in workload."""
+    args: list[str] = field(default_factory=list)
+    """Arguments passed to the script or entrypoint."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Model:
+    name: str = "llama3"
+    """Model family; only the built-in Llama-style transformer ("llama3") is provided."""
+    dim: int = 64
+    """Hidden size."""
+    n_layers: int = 2
+    """Number of transformer blocks."""
+    n_heads: int = 4
+    """Attention heads."""
+    n_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention); None means n_heads."""
+    vocab_size: int = 128
+    """Vocabulary size."""
+    multiple_of: int = 32
+    """The SwiGLU hidden size is rounded up to a multiple of this."""
+    ffn_dim_multiplier: float | None = None
+    """Optional multiplier of the SwiGLU hidden size."""
+    norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    rope_theta: float = 10000.0
+    """Rotary embedding base."""
+    n_experts: int = 0
+    """Experts of the MoE feed-forward in every block; 0 means a dense SwiGLU."""
+    top_k: int = 1
+    """Experts each token is routed to."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def hidden_dim(self) -> int:
+        """SwiGLU hidden size, computed as Llama / TorchTitan do."""
+        hidden = int(2 * (4 * self.dim) / 3)
+        if self.ffn_dim_multiplier is not None:
+            hidden = int(self.ffn_dim_multiplier * hidden)
+        return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
+
+
+@dataclass(kw_only=True, slots=True)
+class Optimizer:
+    name: str = "AdamW"
+    """Optimizer (AdamW only: its state never communicates, the choice cannot change a pattern)."""
+    lr: float = 8e-4
+    """Learning rate."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Training:
+    steps: int = 2
+    """Training steps to record."""
+    seq_len: int = 16
+    """Sequence length."""
+    local_batch_size: int = 4
+    """Batch size per data-parallel rank."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Parallelism:
+    data_parallel_replicate_degree: int = 1
+    """Replicas (HSDP replicate dim, or DDP-like when the shard degree is 1)."""
+    data_parallel_shard_degree: int = -1
+    """FSDP shard degree; -1 takes the ranks the other degrees leave."""
+    fsdp_reshard_after_forward: str | bool = "default"
+    """"default" (reshard unless pipelining), "always", "never", or a bool."""
+    tensor_parallel_degree: int = 1
+    """Tensor parallel degree."""
+    enable_sequence_parallel: bool = True
+    """Shard norms and residuals along the sequence between TP regions (TorchTitan always does)."""
+    pipeline_parallel_degree: int = 1
+    """Pipeline ranks (physical); looped schedules hold several stages per rank."""
+    pipeline_parallel_schedule: str = "1F1B"
+    """GPipe, 1F1B or Interleaved1F1B."""
+    pipeline_parallel_microbatch_size: int | None = None
+    """TorchTitan's knob: microbatches = local_batch_size / this."""
+    microbatches: int | None = None
+    """Number of microbatches (alternative to pipeline_parallel_microbatch_size); default: pp stages."""
+    expert_parallel_degree: int = 1
+    """Expert parallel degree (TorchTitan's dp2ep: experts sharded over part of the dp_shard dim)."""
+    context_parallel_degree: int = 1
+    """Context parallel degree (not modelled: must be 1)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Comm:
+    mode: str = "fake_backend"
+    """How ranks are simulated: "fake_backend" (a process per rank) or "local_tensor" (one process)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TracerSection:
+    world_size: int = 0
+    """Simulated ranks; 0 means the product of the parallel degrees."""
+    ranks: str | list[int] = "all"
+    """Ranks to record: "all", "0,3,8-15" or a list."""
+    output: str | None = None
+    """Trace file to write (default: CONFIG.trace next to where tracer runs)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class JobConfig:
+    job: Job = field(default_factory=Job)
+    model: Model = field(default_factory=Model)
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    training: Training = field(default_factory=Training)
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    comm: Comm = field(default_factory=Comm)
+    tracer: TracerSection = field(default_factory=TracerSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ---- derived values (valid after check()) ----------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.tracer.world_size
+
+    @property
+    def builtin(self) -> bool:
+        """True when the built-in workload runs (no [job] script / entrypoint)."""
+        return self.job.script is None and self.job.entrypoint is None
+
+    @property
+    def n_microbatches(self) -> int:
+        p = self.parallelism
+        if p.microbatches is not None:
+            return p.microbatches
+        if p.pipeline_parallel_microbatch_size is not None:
+            return self.training.local_batch_size // p.pipeline_parallel_microbatch_size
+        return p.pipeline_parallel_degree * STAGES_PER_RANK.get(p.pipeline_parallel_schedule, 1)
+
+    @property
+    def n_stages(self) -> int:
+        p = self.parallelism
+        return p.pipeline_parallel_degree * STAGES_PER_RANK[p.pipeline_parallel_schedule]
+
+
+# TorchTitan sections and keys that cannot change what is communicated: accepted, ignored.
+IGNORED_SECTIONS = frozenset({"profiling", "metrics", "lr_scheduler", "checkpoint", "activation_checkpoint",
+                              "float8", "mx", "memory_estimation", "fault_tolerance", "experimental",
+                              "validation", "compile", "quantize"})
+IGNORED_KEYS = {
+    "job": {"config_file", "dump_folder", "description", "use_for_integration_test", "print_args",
+            "print_config"},
+    "model": {"flavor", "tokenizer_path", "hf_assets_path", "converters", "print_after_conversion"},
+    "optimizer": {"beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
+    "training": {"dataset", "dataset_path", "global_batch_size", "max_norm", "seed", "deterministic",
+                 "gc_freq", "gc_debug", "compile", "enable_cpu_offload", "mixed_precision_param",
+                 "mixed_precision_reduce", "warmup_steps"},
+    "parallelism": {"enable_compiled_autograd", "disable_loss_parallel", "enable_async_tensor_parallel",
+                    "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
+                    "pipeline_parallel_schedule_csv", "context_parallel_rotate_method",
+                    "expert_tensor_parallel_degree"},
+    "comm": {"init_timeout_seconds", "train_timeout_seconds", "trace_buf_size", "save_traces_folder"},
+}
+_SECTIONS = {f.name: f.type for f in dataclasses.fields(JobConfig)}
+
+
+def load(path: str, world_size: int | None = None) -> JobConfig:
+    """Read and check a TOML job config; ValueError (one line, naming the key) on bad input.
+    `world_size` (the CLI's --world-size) overrides [tracer] world_size."""
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"config not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: not valid TOML: {e}") from None
+    if world_size is not None:
+        if not isinstance(raw.get("tracer", {}), dict):
+            raise ValueError("tracer: expected a [tracer] table")
+        raw.setdefault("tracer", {})["world_size"] = world_size
+    cfg = from_dict(raw)
+    base = os.path.dirname(os.path.abspath(path))
+    if cfg.job.script is not None and not os.path.isabs(cfg.job.script):
+        cfg.job.script = os.path.relpath(os.path.join(base, cfg.job.script))  # relative to the TOML
+    return cfg
+
+
+def from_dict(raw: dict) -> JobConfig:
+    cfg = JobConfig()
+    for section, values in raw.items():
+        if section in IGNORED_SECTIONS:
+            continue
+        if section not in _SECTIONS:
+            raise ValueError(f"unknown section [{section}]{_did_you_mean(section, [*_SECTIONS, *IGNORED_SECTIONS])}")
+        if not isinstance(values, dict):
+            raise ValueError(f"{section}: expected a [{section}] table, got {type(values).__name__}")
+        target = getattr(cfg, section)
+        names = [f.name for f in dataclasses.fields(target)]
+        for key, value in values.items():
+            if key in IGNORED_KEYS.get(section, ()):
+                continue
+            if key not in names:
+                raise ValueError(f"unknown key {section}.{key}{_did_you_mean(key, names)}")
+            setattr(target, key, _typed(f"{section}.{key}", value, dataclasses.fields(target)[names.index(key)].type))
+    check(cfg)
+    return cfg
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_TYPES = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,), "list[str]": (list,),
+          "list[int]": (list,), "None": (type(None),)}
+
+
+def _typed(key: str, value, annotation: str):
+    """Check a TOML value against the field's annotation (a string: `from __future__ import annotations`)."""
+    allowed = tuple(t for part in annotation.split("|") for t in _TYPES[part.strip()])
+    if isinstance(value, bool) and bool not in allowed:  # bool is an int in Python, not in TOML
+        allowed = ()
+    if not isinstance(value, allowed):
+        raise ValueError(f"{key}: expected {annotation.replace(' | None', '')}, got {type(value).__name__} {value!r}")
+    if isinstance(value, list) and not all(isinstance(x, (str, int)) for x in value):
+        raise ValueError(f"{key}: expected a list of {annotation.removeprefix('list[').rstrip(']')}")
+    return float(value) if annotation.startswith("float") and isinstance(value, int) else value
+
+
+def check(cfg: JobConfig) -> None:
+    """Fill derived values (-1 shard degree, world size) and refuse what cannot run."""
+    p, m, t = cfg.parallelism, cfg.model, cfg.training
+    if cfg.comm.mode not in ("fake_backend", "local_tensor"):
+        raise ValueError(f"comm.mode must be \"fake_backend\" or \"local_tensor\", got {cfg.comm.mode!r}")
+    if cfg.job.script is not None and cfg.job.entrypoint is not None:
+        raise ValueError("job: give job.script or job.entrypoint, not both")
+    for key in ("data_parallel_replicate_degree", "tensor_parallel_degree", "pipeline_parallel_degree",
+                "expert_parallel_degree"):
+        if getattr(p, key) < 1:
+            raise ValueError(f"parallelism.{key} must be at least 1, got {getattr(p, key)}")
+    if p.context_parallel_degree != 1:
+        raise ValueError("parallelism.context_parallel_degree: context parallel is not modelled (use 1)")
+    if p.data_parallel_shard_degree == 0 or p.data_parallel_shard_degree < -1:
+        raise ValueError(f"parallelism.data_parallel_shard_degree must be -1 or at least 1, "
+                         f"got {p.data_parallel_shard_degree}")
+    if p.fsdp_reshard_after_forward not in ("default", "always", "never", True, False):
+        raise ValueError(f"parallelism.fsdp_reshard_after_forward must be \"default\", \"always\", \"never\" "
+                         f"or a bool, got {p.fsdp_reshard_after_forward!r}")
+    if cfg.tracer.world_size < 0:
+        raise ValueError(f"tracer.world_size must be at least 1, got {cfg.tracer.world_size}")
+    if not cfg.builtin:  # a user's program: the parallel degrees are its business
+        if cfg.tracer.world_size == 0:
+            raise ValueError("tracer.world_size is required to record a [job] script or entrypoint")
+        return
+    _check_degrees(cfg)
+    if m.name != "llama3":
+        raise ValueError(f"model.name: only the built-in \"llama3\" workload is provided, got {m.name!r}")
+    for key in ("dim", "n_layers", "n_heads", "vocab_size", "multiple_of"):
+        if getattr(m, key) < 1:
+            raise ValueError(f"model.{key} must be at least 1, got {getattr(m, key)}")
+    for key in ("steps", "seq_len", "local_batch_size"):
+        if getattr(t, key) < 1:
+            raise ValueError(f"training.{key} must be at least 1, got {getattr(t, key)}")
+    if m.dim % m.n_heads:
+        raise ValueError(f"model.dim: {m.dim} is not divisible by model.n_heads={m.n_heads}")
+    if m.n_heads % m.kv_heads:
+        raise ValueError(f"model.n_kv_heads: {m.kv_heads} does not divide model.n_heads={m.n_heads}")
+    if m.head_dim % 2:
+        raise ValueError(f"model.dim: head dim {m.head_dim} must be even for rotary embeddings")
+    tp = p.tensor_parallel_degree
+    for key, value in (("n_heads", m.n_heads), ("n_kv_heads", m.kv_heads), ("vocab_size", m.vocab_size),
+                       ("dim", m.dim)):
+        if value % tp:
+            raise ValueError(f"model.{key}: {value} is not divisible by parallelism.tensor_parallel_degree={tp}")
+    if p.enable_sequence_parallel and tp > 1 and t.seq_len % tp:
+        raise ValueError(f"training.seq_len: {t.seq_len} is not divisible by parallelism.tensor_parallel_degree="
+                         f"{tp} (sequence parallel shards the sequence)")
+    _check_moe(cfg)
+    _check_pipeline(cfg)
+
+
+def _check_degrees(cfg: JobConfig) -> None:
+    p = cfg.parallelism
+    others = p.data_parallel_replicate_degree * p.tensor_parallel_degree * p.pipeline_parallel_degree
+    world = cfg.tracer.world_size
+    if p.data_parallel_shard_degree == -1:
+        if world == 0:
+            p.data_parallel_shard_degree = 1
+        elif world % others:
+            raise ValueError(f"parallelism.data_parallel_shard_degree=-1 cannot fill tracer.world_size={world}: "
+                             f"the other degrees multiply to {others}, which does not divide it")
+        else:
+            p.data_parallel_shard_degree = world // others
+    product = others * p.data_parallel_shard_degree
+    if world == 0:
+        cfg.tracer.world_size = product
+    elif product != world:
+        raise ValueError(f"parallelism: degrees multiply to {product} (dp_replicate {p.data_parallel_replicate_degree}"
+                         f" x dp_shard {p.data_parallel_shard_degree} x tp {p.tensor_parallel_degree} x pp "
+                         f"{p.pipeline_parallel_degree}), but tracer.world_size is {world}")
+
+
+def _check_moe(cfg: JobConfig) -> None:
+    p, m = cfg.parallelism, cfg.model
+    ep = p.expert_parallel_degree
+    if m.n_experts < 0 or (m.n_experts and not 1 <= m.top_k <= m.n_experts):
+        raise ValueError(f"model.top_k: must be between 1 and model.n_experts={m.n_experts}, got {m.top_k}")
+    if ep == 1:
+        return
+    if m.n_experts == 0:
+        raise ValueError("parallelism.expert_parallel_degree > 1 needs an MoE model: set model.n_experts")
+    if p.data_parallel_shard_degree % ep:
+        raise ValueError(f"parallelism.expert_parallel_degree: {ep} must divide data_parallel_shard_degree="
+                         f"{p.data_parallel_shard_degree} (experts are sharded over part of dp_shard, as "
+                         f"TorchTitan's dp2ep does)")
+    if m.n_experts % ep:
+        raise ValueError(f"model.n_experts: {m.n_experts} is not divisible by parallelism.expert_parallel_degree={ep}")
+    if p.tensor_parallel_degree > 1:
+        raise ValueError("parallelism.expert_parallel_degree: expert parallel together with tensor parallel is "
+                         "not modelled (use tensor_parallel_degree = 1)")
+
+
+def _check_pipeline(cfg: JobConfig) -> None:
+    p, m, t = cfg.parallelism, cfg.model, cfg.training
+    if p.pipeline_parallel_schedule not in SCHEDULES:
+        raise ValueError(f"parallelism.pipeline_parallel_schedule must be one of {', '.join(SCHEDULES)}, got "
+                         f"{p.pipeline_parallel_schedule!r}{_did_you_mean(p.pipeline_parallel_schedule, SCHEDULES)}")
+    if p.microbatches is not None and p.pipeline_parallel_microbatch_size is not None:
+        raise ValueError("parallelism.microbatches: give it or pipeline_parallel_microbatch_size, not both")
+    if p.pipeline_parallel_degree == 1:
+        return
+    if p.pipeline_parallel_microbatch_size is not None and (
+            p.pipeline_parallel_microbatch_size < 1 or t.local_batch_size % p.pipeline_parallel_microbatch_size):
+        raise ValueError(f"parallelism.pipeline_parallel_microbatch_size: {p.pipeline_parallel_microbatch_size} "
+                         f"does not divide training.local_batch_size={t.local_batch_size}")
+    n_mb, stages = cfg.n_microbatches, cfg.n_stages
+    if n_mb < 1 or t.local_batch_size % n_mb:
+        raise ValueError(f"parallelism.microbatches: {n_mb} microbatches do not split training.local_batch_size="
+                         f"{t.local_batch_size}")
+    if m.n_layers % stages:
+        raise ValueError(f"parallelism.pipeline_parallel_schedule: {p.pipeline_parallel_schedule} needs "
+                         f"{stages} stages ({p.pipeline_parallel_degree} ranks x "
+                         f"{STAGES_PER_RANK[p.pipeline_parallel_schedule]}), which model.n_layers={m.n_layers} "
+                         f"does not split into")
+    if p.pipeline_parallel_schedule == "1F1B" and n_mb < p.pipeline_parallel_degree:
+        raise ValueError(f"parallelism.microbatches: 1F1B needs at least pipeline_parallel_degree="
+                         f"{p.pipeline_parallel_degree} microbatches, got {n_mb}")
+    if p.pipeline_parallel_schedule == "Interleaved1F1B":
+        rounds = max(1, n_mb // p.pipeline_parallel_degree)
+        if n_mb % rounds:
+            raise ValueError(f"parallelism.microbatches: Interleaved1F1B needs a multiple of {rounds} "
+                             f"microbatches, got {n_mb}")
+
+
+def ranks_spec(cfg: JobConfig) -> str:
+    r = cfg.tracer.ranks
+    return r if isinstance(r, str) else ",".join(str(x) for x in r)
+
+
+
+WORKLOAD = "tracer.workloads.train:main"
+
+
+def program(cfg: JobConfig):
+    """What `tracer record CONFIG.toml` runs: the [job] script / entrypoint, or the built-in
+    workload, which gets the checked config as JSON (no re-reading the TOML on every rank)."""
+    import json
+
+    from tracer.program import Program
+
+    if cfg.job.script is not None:
+        return Program(script=cfg.job.script, args=list(cfg.job.args))
+    if cfg.job.entrypoint is not None:
+        return Program(entrypoint=cfg.job.entrypoint, args=list(cfg.job.args))
+    return Program(entrypoint=WORKLOAD, args=["--config-json", json.dumps(cfg.to_dict(), separators=(",", ":"))])

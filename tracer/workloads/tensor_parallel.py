@@ -1,0 +1,47 @@
+"""Tensor parallel (+ sequence parallel) with TorchTitan's llama3 plan.
+
+Colwise wq/wk/wv and w1/w3, rowwise wo and w2: one all-reduce-worth of communication per
+attention and per feed-forward. With sequence parallel the norms and residual stream hold
+Shard(1) (a slice of the sequence), so each region starts with an all-gather of its input and
+ends with a reduce-scatter of its output instead of an all-reduce; the norms' weights stay
+replicated, so their gradients are all-reduced over tp. The output projection gathers the
+logits back to Replicate (no loss parallel: the loss stays a plain cross-entropy).
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                               SequenceParallel, parallelize_module)
+
+
+def apply(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
+    """Parallelize `model` (a whole Transformer or one pipeline stage of it) in place."""
+    seq = Shard(1) if sequence_parallel else Replicate()
+    # src_data_rank=None: every rank built the same weights from the same seed, so each keeps
+    # its own slice instead of receiving it from rank 0 (TorchTitan inits after sharding: same)
+    top: dict = {}
+    if model.tok_embeddings is not None:
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
+    if model.norm is not None:
+        top["norm"] = SequenceParallel() if sequence_parallel else None
+        top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+    parallelize_module(model, tp_mesh, {k: v for k, v in top.items() if v is not None}, src_data_rank=None)
+    for block in model.layers.values():
+        plan = {
+            "attention": PrepareModuleInput(input_layouts=(seq, None), desired_input_layouts=(Replicate(), None)),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=seq),
+            "feed_forward": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=seq),
+            "feed_forward.w3": ColwiseParallel(),
+        }
+        if sequence_parallel:
+            plan["attention_norm"] = SequenceParallel()
+            plan["ffn_norm"] = SequenceParallel()
+        parallelize_module(block, tp_mesh, plan, src_data_rank=None)
