@@ -28,6 +28,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/recorder_overhead.py
+	$(BIN)/python bench/check_scale.py
 
 clean:
 	rm -rf out .pytest_cache

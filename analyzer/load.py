@@ -138,16 +138,6 @@ def _decode_strings(events: pl.DataFrame, atoms: list) -> pl.DataFrame:
 
 
 def _ranges(ranks: list[int]) -> str:
-    """[0,1,2,5,7,8] -> '0-2,5,7-8'."""
-    out, start, prev = [], None, None
-    for r in ranks:
-        if start is None:
-            start = prev = r
-        elif r == prev + 1:
-            prev = r
-        else:
-            out.append(f"{start}-{prev}" if prev != start else f"{start}")
-            start = prev = r
-    if start is not None:
-        out.append(f"{start}-{prev}" if prev != start else f"{start}")
-    return ",".join(out)
+    from analyzer.findings import ranks_text
+
+    return ranks_text(ranks)

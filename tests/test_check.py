@@ -106,26 +106,8 @@ def test_missing_rank_is_noted_and_the_rest_checked(recorded, tmp_path):
     for rank in (0, 1, 2):  # rank 3's part is lost
         part = fmt.TraceData(header=dict(data.header, ranks=[rank], part=True), atoms=data.atoms,
                              groups=data.groups, columns={rank: data.columns[rank]}, ends={rank: data.ends[rank]})
-        _write_part(tmp_path / f"rank_{rank}.part", part)
+        fmt.write_data(tmp_path / f"rank_{rank}.part", part)
     t = load(tmp_path)
     assert t.ranks == [0, 1, 2] and t.missing_ranks == [3]
     assert any("missing ranks" in n and "3" in n for n in t.notes)
     assert [(f.kind, f.culprit_ranks) for f in run_checks(t)] == [("dtype_mismatch", [2])]
-
-
-def _write_part(path, data):
-    from tracer import format as fmt
-
-    w = fmt.TraceWriter(path, data.header)
-    for g in data.groups.values():
-        w.group(g["gid"], g["name"], g["ranks"], g["desc"])
-    for rank, cols in data.columns.items():
-        for i in range(len(cols["op"])):
-            row = [cols[name][i].item() for name, _ in fmt.COLUMNS]
-            for k, (name, _) in enumerate(fmt.COLUMNS):
-                if name in fmt.ATOM_COLUMNS:
-                    row[k] = w.atom(data.atoms[row[k]]) if row[k] >= 0 else -1
-            w.row(rank, row)
-        w.end(rank, data.ends[rank]["n"])
-    w.footer()
-    w.close()

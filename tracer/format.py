@@ -270,7 +270,13 @@ def _assemble(trace: TraceData, rows: dict, blocks: dict) -> None:
             name: np.concatenate([p[name] for p in parts]) if len(parts) > 1 else parts[0][name]
             for name, _ in COLUMNS}
     n_atoms = len(trace.atoms)
+    world = trace.header["world_size"]
     for rank, cols in trace.columns.items():
+        if not 0 <= rank < world:
+            raise TraceFormatError(f"events of rank {rank} in a trace of world size {world}")
+        groups = cols["group"]
+        if len(groups) and (groups.min() < -1 or not np.isin(groups[groups >= 0], list(trace.groups)).all()):
+            raise TraceFormatError(f"rank {rank}: an event refers to a missing process group")
         for name in ATOM_COLUMNS:
             col = cols[name]
             if len(col) and (col.max() >= n_atoms or col.min() < -1):
@@ -395,6 +401,31 @@ def read_header(path: str | os.PathLike) -> dict:
     except Exception as e:
         raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
     return _check_header(rec, source)
+
+
+def write_data(path: str | os.PathLike, data: TraceData) -> None:
+    """Write decoded data back as rows (a part-style file): for tools and tests."""
+    w = TraceWriter(path, data.header)
+    try:
+        for g in data.groups.values():
+            w.group(g["gid"], g["name"], g["ranks"], g["desc"])
+        for rank, cols in data.columns.items():
+            atom_cols = {name for name in ATOM_COLUMNS}
+            for i in range(len(cols["op"])):
+                row = []
+                for name, _ in COLUMNS:
+                    v = cols[name][i].item()
+                    row.append(w.atom(_hashable(data.atoms[v])) if name in atom_cols and v >= 0 else v)
+                w.row(rank, row)
+            end = data.ends.get(rank, {"n": len(cols["op"]), "status": "ok", "error": None})
+            w.end(rank, end["n"], end["status"], end["error"])
+        w.footer()
+    finally:
+        w.close()
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
 
 
 def write_all(path: str | os.PathLike, header: dict, events: dict[int, list[dict]],

@@ -19,7 +19,9 @@ from tracer import format as fmt
 from tracer.modes.run import Job
 from tracer.program import Program
 
-_PRELOAD = ["torch", "torch.distributed", "tracer.capture.patches", "tracer.modes.run"]
+# imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take ~1 s
+_PRELOAD = ["torch", "torch.distributed", "tracer.capture.patches", "tracer.modes.run", "torch.distributed.tensor",
+            "torch.distributed.fsdp", "torch.distributed.pipelining", "tracer.workloads.train"]
 
 
 @dataclass(kw_only=True, slots=True)

@@ -94,35 +94,34 @@ def check(trace: Trace) -> list[Finding]:
                         | set(rows["out_shapes"].unique().to_list()))
     per = rows.group_by("group", "rank").agg(n=pl.len(), h=pl.struct("tok", "seq").hash().sum())
     sig = {(g, r): (n, h) for g, r, n, h in per.iter_rows()}
-    mapped: list[pl.DataFrame] = []
-    for gid in sorted(rows["group"].unique().to_list()):
+    aligned: list[tuple[int, int]] = []  # (group, rank) whose stream is the majority's as it is
+    mapped: list[pl.DataFrame] = []  # deviating ranks' rows with their majority position
+    for gid in sorted(per["group"].unique().to_list()):
         members = [r for r in groups[gid]["ranks"] if r in present]
         votes = {r: sig.get((gid, r), (0, 0)) for r in members}
         value, deviants = majority(votes)
         rep = min(r for r, v in votes.items() if v == value)
-        aligned = [r for r in members if votes[r] == value and r not in deviants]
-        grows = rows.filter(pl.col("group") == gid)
-        mapped.append(grows.filter(pl.col("rank").is_in(aligned)).with_columns(pos=pl.col("seq")))
         contested = len(deviants) == len(members)
+        aligned.extend((gid, r) for r in members if r == rep or r not in deviants)
+        if not deviants:
+            continue
+        grows = rows.filter(pl.col("group") == gid)
         rep_rows = grows.filter(pl.col("rank") == rep).to_dicts()
         for r in deviants:
             if r == rep:
                 continue
-            dev_rows = grows.filter(pl.col("rank") == r).to_dicts()
+            dev = grows.filter(pl.col("rank") == r)
             culprits = members if contested else [r]
-            pairs = _align(report, gid, members, culprits, r, rep_rows, dev_rows, trace, atoms)
+            pairs = _align(report, gid, members, culprits, r, rep_rows, dev.to_dicts(), trace, atoms)
             if pairs:
-                mapped.append(pl.DataFrame({"rank": [r] * len(pairs), "seq": [s for s, _ in pairs],
-                                            "pos": [p for _, p in pairs]},
-                                           schema={"rank": pl.Int32, "seq": pl.Int64, "pos": pl.Int64})
-                              .join(grows.filter(pl.col("rank") == r), on=["rank", "seq"]))
-        if contested:
-            mapped.append(grows.filter(pl.col("rank") == rep).with_columns(pos=pl.col("seq")))
-    positioned = pl.concat([m.select(sorted(m.columns)) for m in mapped if not m.is_empty()], how="vertical") \
-        if any(not m.is_empty() for m in mapped) else None
-    if positioned is not None:
-        _self_consistency(report, trace, groups, positioned, atoms, present)
-        _splits(report, trace, groups, positioned, present)
+                pos = pl.DataFrame({"seq": [s for s, _ in pairs], "pos": [p for _, p in pairs]},
+                                   schema={"seq": pl.Int64, "pos": pl.Int64})
+                mapped.append(dev.join(pos, on="seq"))
+    keys = pl.DataFrame(aligned, schema={"group": pl.Int32, "rank": pl.Int32}, orient="row")
+    positioned = pl.concat([rows.join(keys, on=["group", "rank"]).with_columns(pos=pl.col("seq"))] + mapped,
+                           how="diagonal")
+    _self_consistency(report, trace, groups, positioned, atoms, present)
+    _splits(report, trace, groups, positioned, present)
     return report.findings()
 
 
