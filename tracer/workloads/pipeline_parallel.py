@@ -23,6 +23,19 @@ from tracer.workloads.model import Transformer
 SCHEDULES = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B, "Interleaved1F1B": ScheduleInterleaved1F1B}
 
 
+class StaticStage(PipelineStage):
+    """A PipelineStage whose warm-up vote always comes out STATIC.
+
+    The vote still runs (its sends and recvs are part of the comm pattern), but on a fake
+    process group a recv leaves its buffer as it was, so the vote would read 0 ("some stage
+    needs dynamic shape inference") and fall back to object p2p. Every stage here has complete
+    static plain-tensor metadata, so a real run's vote is unanimous: return that."""
+
+    def _warmup_backward_result(self, received_result=None):
+        super()._warmup_backward_result(received_result)
+        return torch.ones(1, dtype=torch.int32)
+
+
 def stage_ids(cfg: JobConfig, pp_rank: int) -> list[int]:
     pp = cfg.parallelism.pipeline_parallel_degree
     return [pp_rank + i * pp for i in range(STAGES_PER_RANK[cfg.parallelism.pipeline_parallel_schedule])]
@@ -54,14 +67,16 @@ def build_schedule(cfg: JobConfig, chunks: list[tuple[int, nn.Module]], pp_mesh:
     n_mb = cfg.n_microbatches
     mb = t.local_batch_size // n_mb
     sp = p.enable_sequence_parallel and p.tensor_parallel_degree > 1
-    # the residual stream between stages: sequence-sharded under sequence parallel
-    hidden = torch.empty(mb, t.seq_len // p.tensor_parallel_degree if sp else t.seq_len, cfg.model.dim)
+    # the residual stream between stages: sequence-sharded under sequence parallel; it needs a
+    # gradient, and static metadata says so (else no stage would send gradients back)
+    hidden = torch.empty(mb, t.seq_len // p.tensor_parallel_degree if sp else t.seq_len, cfg.model.dim,
+                         requires_grad=True)
     stages = []
     for s, chunk in chunks:
         first, last = s == 0, s == cfg.n_stages - 1
         inputs = torch.empty(mb, t.seq_len, dtype=torch.long) if first else hidden
-        outputs = torch.empty(mb, t.seq_len, cfg.model.vocab_size) if last else hidden
-        stages.append(PipelineStage(chunk, s, cfg.n_stages, torch.device("cpu"), input_args=inputs,
+        outputs = torch.empty(mb, t.seq_len, cfg.model.vocab_size, requires_grad=True) if last else hidden
+        stages.append(StaticStage(chunk, s, cfg.n_stages, torch.device("cpu"), input_args=inputs,
                                     output_args=outputs, group=pp_mesh.get_group()))
     cls = SCHEDULES[p.pipeline_parallel_schedule]
     if cls is ScheduleInterleaved1F1B:

@@ -40,7 +40,7 @@ def batch(cfg: config_mod.JobConfig, dp_rank, step: int) -> tuple[torch.Tensor, 
     g = torch.Generator().manual_seed(1000 + step)
     base = torch.randint(vocab, (t.local_batch_size, t.seq_len + 1), generator=g)
     data = (base * (dp_rank + 1) + dp_rank * 7) % vocab
-    return data[:, :-1], data[:, 1:]
+    return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
 def main(argv: list[str] | None = None) -> None:
