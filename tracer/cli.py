@@ -29,22 +29,32 @@ def _fail(msg: str) -> None:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def record(
     ctx: typer.Context,
+    config: str = typer.Argument(None, metavar="[CONFIG.toml]", help="A TorchTitan-style job config: records the "
+                                 "built-in Llama workload (or its [job] script / entrypoint)."),
     script: str = typer.Option(None, "--script", help="Python file to run as `python FILE.py ARGS` on every rank."),
     entrypoint: str = typer.Option(None, "--entrypoint", help="Run `package.module:function` instead of a script."),
     world_size: int = typer.Option(None, "--world-size", "-n", help="Number of simulated ranks."),
-    mode: str = typer.Option("fake", "--mode", help="fake: a process per rank (fake backend); "
+    mode: str = typer.Option(None, "--mode", help="fake: a process per rank (fake backend); "
                                                     "local: one process, LocalTensorMode (SPMD only)."),
-    ranks: str = typer.Option("all", "--ranks", help="Ranks to record: all, or e.g. 0,3,8-15."),
+    ranks: str = typer.Option(None, "--ranks", help="Ranks to record: all, or e.g. 0,3,8-15."),
     out: str = typer.Option(None, "--out", "-o", help="Output .trace (default: <script>.trace)."),
     timeout: float = typer.Option(0, "--timeout", help="Kill a rank after this many seconds (0: never); "
                                                       "what it recorded is kept."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Ranks recorded at once (default: one per core)."),
 ) -> None:
-    """Record a program; arguments after `--` go to it."""
+    """Record a job config or a program; arguments after `--` go to the program."""
     from tracer.modes import ALIASES
     from tracer.program import Program
     from tracer.record import parse_ranks, record as run_record
 
+    if config is not None and (script is not None or entrypoint is not None) and not config.endswith(".toml"):
+        ctx.args.insert(0, config)  # `--script x.py -- ARGS`: click hands the first ARG to CONFIG
+        config = None
+    if config is not None:
+        _record_config(config, script, entrypoint, world_size, mode, ranks, out, timeout, jobs, list(ctx.args))
+        return
+    mode = mode or "fake"
+    ranks = ranks or "all"
     if (script is None) == (entrypoint is None):
         _fail("give exactly one of --script FILE.py or --entrypoint pkg.mod:fn")
     if world_size is None:
@@ -62,6 +72,43 @@ def record(
     out = out or (os.path.splitext(os.path.basename(script))[0] if script else entrypoint.split(":")[-1]) + ".trace"
     result = run_record(program, world_size=world_size, out=out, mode=ALIASES[mode], ranks=rank_list,
                         timeout=timeout or None, jobs=jobs or None)
+    _report(result)
+
+
+def _record_config(path, script, entrypoint, world_size, mode, ranks, out, timeout, jobs, extra) -> None:
+    """`tracer record CONFIG.toml`: options given on the command line override the TOML."""
+    from tracer import config as config_mod
+    from tracer.modes import ALIASES
+    from tracer.record import parse_ranks, record as run_record
+
+    if script is not None or entrypoint is not None:
+        _fail("give a CONFIG.toml or --script / --entrypoint, not both (use [job] script in the TOML)")
+    if extra:
+        _fail(f"unexpected arguments after the config: {' '.join(extra)} (use [job] args in the TOML)")
+    if mode is not None and mode not in ALIASES:
+        _fail(f"--mode must be fake or local (or fake_backend / local_tensor), got {mode!r}")
+    try:
+        if world_size is not None and world_size < 1:
+            raise ValueError(f"--world-size must be at least 1, got {world_size}")
+        cfg = config_mod.load(path, world_size=world_size)
+        program = config_mod.program(cfg)
+        program.check()
+        rank_list = parse_ranks(ranks if ranks is not None else config_mod.ranks_spec(cfg), cfg.world_size)
+    except ValueError as e:
+        _fail(f"{path}: {e}")
+    mode = ALIASES[mode or cfg.comm.mode]
+    try:
+        config_mod.check_mode(cfg, mode)
+    except ValueError as e:
+        _fail(f"{path}: {e}")
+    out = out or cfg.tracer.output or os.path.splitext(os.path.basename(path))[0] + ".trace"
+    snapshot = dict(cfg.to_dict(), config_file=path)
+    result = run_record(program, world_size=cfg.world_size, out=out, mode=mode, ranks=rank_list,
+                        config=snapshot, timeout=timeout or None, jobs=jobs or None)
+    _report(result)
+
+
+def _report(result) -> None:
     n = sum(result.n_events.values())
     typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}",
                err=True)

@@ -392,6 +392,13 @@ def ranks_spec(cfg: JobConfig) -> str:
 
 
 
+def check_mode(cfg: JobConfig, mode: str) -> None:
+    """Refuse, before anything runs, what the chosen mode cannot simulate."""
+    if mode == "local" and cfg.builtin and cfg.parallelism.pipeline_parallel_degree > 1:
+        raise ValueError("comm.mode: pipeline parallel needs p2p send/recv, which local_tensor mode cannot "
+                         "simulate (LocalTensor runs all ranks in lockstep): use fake_backend (--mode fake)")
+
+
 WORKLOAD = "tracer.workloads.train:main"
 
 

@@ -62,8 +62,10 @@ class Attribution:
             else:
                 siblings = self._children.get(id(self._parent_mod))
                 if siblings is None:
+                    # descendants, not only children: a block in a ModuleDict / ModuleList is
+                    # called by the model itself, so its container never enters the stack
                     siblings = self._children[id(self._parent_mod)] = {
-                        id(m): n for n, m in self._parent_mod.named_children()}
+                        id(m): n for n, m in self._parent_mod.named_modules(remove_duplicate=False) if n}
                 child = siblings.get(id(mod))
                 base = "" if len(self._stack) == 1 else parent + "."
                 name = base + child if child is not None else type(mod).__name__

@@ -91,8 +91,10 @@ class GroupedExperts(nn.Module):
         slicing by data-dependent sizes, so it runs unchanged under LocalTensorMode, where
         every rank's token count differs. Fine for the tiny models a dry run uses."""
         w1, w2, w3 = (_local(w) for w in (self.w1, self.w2, self.w3))
-        h = F.silu(torch.einsum("td,thd->th", x, w1[expert_ids])) * torch.einsum("td,thd->th", x, w3[expert_ids])
-        return torch.einsum("th,tdh->td", h, w2[expert_ids])
+        # broadcast-multiply-sum rather than einsum/bmm: those refuse per-rank symbolic sizes
+        x = x.unsqueeze(1)
+        h = F.silu((x * w1[expert_ids]).sum(-1)) * (x * w3[expert_ids]).sum(-1)
+        return (h.unsqueeze(1) * w2[expert_ids]).sum(-1)
 
 
 def _local(w):
