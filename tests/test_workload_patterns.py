@@ -1,0 +1,296 @@
+"""The reference workload (`tracer record CONFIG.toml`): exact comm patterns derived by hand for
+the shipped example configs, on every rank.
+
+Model of every example: dim 64, 4 heads (head dim 16), 2 kv heads, vocab 128, SwiGLU hidden
+int(2 * 4 * 64 / 3) = 170 rounded up to a multiple of 32 = 192. Parameters per block:
+wq 64x64 + wk 32x64 + wv 32x64 + wo 64x64 = 12288, w1/w2/w3 3 x 192x64 = 36864, two norms 128:
+49280. tok_embeddings 128x64 = 8192; [norm, output] 64 + 128x64 = 8256.
+"""
+
+import os
+
+import pytest
+
+from analyzer.load import load
+from conftest import REPO, sig, stream
+
+AG, RS, AR, A2A = "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single"
+COMM = (AG, RS, AR, A2A)
+P2P = ("send", "recv")
+EXAMPLES = os.path.join(REPO, "examples")
+
+
+@pytest.fixture(scope="session")
+def workload(tmp_path_factory):
+    """workload(name, mode="fake") -> (loaded trace, RecordResult) of examples/<name>.toml (cached)."""
+    from tracer import config
+    from tracer.record import record
+
+    cache: dict = {}
+    root = tmp_path_factory.mktemp("workload")
+
+    def get(name: str, mode: str = "fake"):
+        if (name, mode) not in cache:
+            cfg = config.load(os.path.join(EXAMPLES, name + ".toml"))
+            out = str(root / f"{name}-{mode}.trace")
+            res = record(config.program(cfg), world_size=cfg.world_size, out=out, mode=mode,
+                         config=cfg.to_dict(), progress=False)
+            assert res.errors == {}, res.errors
+            cache[name, mode] = (load(out), res)
+        return cache[name, mode]
+
+    return get
+
+
+def comm(t, rank, ops=COMM):
+    return [e for e in stream(t, rank) if e["op"] in ops]
+
+
+# ---- FSDP2 -------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["fake", "local"])
+def test_fsdp_all_gathers_and_reduce_scatters_per_unit_per_step(workload, mode):
+    # fsdp.toml: 4 ranks, one dp_shard dim spanning the world (torch reuses the default group:
+    # label "world"). Units (TorchTitan's wrapping): tok_embeddings E (8192 -> 2048 per rank),
+    # layers.0 / layers.1 (49280 -> 12320), [norm, output] F (8256 -> 2064), root (no params).
+    # "default" resharding: E and the blocks reshard after forward, F does not.
+    # Forward: AG E, L0, L1, F. Backward, in reverse: F is still gathered, its pre-backward only
+    # prefetches L1 (AG L1), F's grads are reduce-scattered (RS F); L1's pre-backward prefetches
+    # L0, then RS L1; L0 prefetches E, RS L0; RS E. Reduce op: avg.
+    t, _ = workload("fsdp", mode)
+    size = {"tok_embeddings": 2048, "layers.0": 12320, "layers.1": 12320, "norm, output": 2064}
+
+    def ag(seq, unit, phase, step):
+        return (AG, "world", seq, -1, "float32", [[size[unit]]], [[4 * size[unit]]], None, 0), unit, phase, step
+
+    def rs(seq, unit, step):
+        return (RS, "world", seq, -1, "float32", [[4 * size[unit]]], [[size[unit]]], "avg", 0), unit, "backward", step
+
+    expected = []
+    for step in range(2):
+        s = 11 * step
+        expected += [ag(s, "tok_embeddings", "forward", step), ag(s + 1, "layers.0", "forward", step),
+                     ag(s + 2, "layers.1", "forward", step), ag(s + 3, "norm, output", "forward", step),
+                     ag(s + 4, "layers.1", "backward", step), rs(s + 5, "norm, output", step),
+                     ag(s + 6, "layers.0", "backward", step), rs(s + 7, "layers.1", step),
+                     ag(s + 8, "tok_embeddings", "backward", step), rs(s + 9, "layers.0", step),
+                     rs(s + 10, "tok_embeddings", step)]
+    for rank in range(4):
+        assert [(sig(e), e["module"], e["phase"], e["step"]) for e in comm(t, rank)] == expected
+
+
+# ---- HSDP x TP + SP ----------------------------------------------------------------------
+def _tp_region(tp_ag, tp_rs):
+    # one TP region (attention or feed-forward) forward: all-gather the sequence-sharded input
+    # (PrepareModuleInput Shard(1) -> Replicate), reduce-scatter the rowwise output (Partial ->
+    # Shard(1)); backward mirrors it: all-gather the output grad, reduce-scatter the input grad
+    return [tp_ag, tp_rs]
+
+
+@pytest.mark.parametrize("mode", ["fake", "local"])
+def test_hsdp_with_tensor_and_sequence_parallel(workload, mode):
+    # hsdp_tp.toml: mesh (dp_replicate 2, dp_shard 2, tp 2), 8 ranks. Batch 2 x seq 16 x dim 64;
+    # sequence parallel holds (2, 8, 64) per rank. A tp all-gather along dim 1 goes through dim
+    # 0: (2, 8, 64) -> (4, 8, 64); a tp reduce-scatter (4, 8, 64) -> (2, 8, 64).
+    # FSDP units hold the tp-local parameters: a block has 49280 / 2 (tp) = 24640 + 64 (the two
+    # norms stay whole: 128 instead of 64) = 24704, 12352 per dp_shard rank; tok_embeddings 4096
+    # (vocab-sharded) -> 2048; [norm, output] 64 + 4096 = 4160 -> 2080.
+    # HSDP: each reduce-scatter on dp_shard is followed by an all-reduce (avg) on dp_replicate.
+    # Per step, forward: AG E; tp RS (tok_embeddings' partial output -> Shard(1)); per block: AG
+    # block, tp AG, tp RS (attention), tp AG, tp RS (feed-forward); AG F; tp AG (norm output ->
+    # output input), tp AG (logits Shard(-1) -> Replicate).
+    # Backward: AG L1 (prefetch); tp RS (output's input grad); tp AR (norm weight grad: a
+    # replicated weight fed by sequence shards gets a Partial grad), RS + AR F; AG L0 (prefetch);
+    # L1: tp AG, RS (feed-forward), tp AG, RS (attention), tp AR x2 (attention_norm, ffn_norm),
+    # RS + AR L1; AG E (prefetch); L0 the same; tp AG (tok_embeddings' output grad), RS + AR E.
+    t, _ = workload("hsdp_tp", mode)
+    sp, full = [[2, 8, 64]], [[4, 8, 64]]
+    tp_ag = lambda: (AG, "tp", sp, full, None)
+    tp_rs = lambda: (RS, "tp", full, sp, "sum")
+    tp_ar = lambda: (AR, "tp", [[64]], [[64]], "sum")
+    size = {"E": 2048, "L": 12352, "F": 2080}
+    dp_ag = lambda u: (AG, "dp_shard", [[size[u]]], [[2 * size[u]]], None)
+    dp_rs = lambda u: [(RS, "dp_shard", [[2 * size[u]]], [[size[u]]], "avg"),
+                       (AR, "dp_replicate", [[size[u]]], [[size[u]]], "avg")]
+    block_fwd = [dp_ag("L"), tp_ag(), tp_rs(), tp_ag(), tp_rs()]
+    block_bwd = [tp_ag(), tp_rs(), tp_ag(), tp_rs(), tp_ar(), tp_ar(), *dp_rs("L")]
+    step = ([dp_ag("E"), tp_rs()] + block_fwd + block_fwd
+            + [dp_ag("F"), tp_ag(), (AG, "tp", [[2, 16, 64]], [[4, 16, 64]], None)]
+            + [dp_ag("L"), tp_rs(), tp_ar(), *dp_rs("F"), dp_ag("L")] + block_bwd
+            + [dp_ag("E")] + block_bwd + [tp_ag(), *dp_rs("E")])
+    for rank in range(8):
+        got = [(e["op"], e["group"][0], e["in_shapes"], e["out_shapes"], e["reduce_op"]) for e in comm(t, rank)]
+        assert got == step * 2
+        # forward tp collectives per TP region: the input all-gather runs in the region's input
+        # hook, the reduce-scatter in wo's / w2's output hook; a module's own output hook runs
+        # after torch's global forward hooks, which is where attribution leaves the module, so
+        # output-hook collectives are attributed to the enclosing module (the root, for
+        # tok_embeddings; the region, for wo / w2)
+        mods = [e["module"] for e in comm(t, rank) if e["group"][0] == "tp" and e["phase"] == "forward"]
+        assert mods[:9] == ["FSDPTransformer"] + [f"layers.{i}.{m}" for i in (0, 1)
+                                                  for m in ("attention",) * 2 + ("feed_forward",) * 2]
+
+
+# ---- pipeline parallel -------------------------------------------------------------------
+def _p2p(t, rank):
+    return [(e["op"], e["peer"], e["in_shapes"] or e["out_shapes"], e["step"]) for e in comm(t, rank, P2P)]
+
+
+def _vote(stage_ops, peer):
+    # PipelineStage's warm-up vote, first step only: an int32 [1] forward through the stages
+    # (each stage receives it from the previous one and sends it on), then the result back
+    return [(op, peer, [[1]], 0) for op in stage_ops]
+
+
+def test_pipeline_1f1b_sends_and_recvs_per_microbatch(workload):
+    # fsdp_tp_pp_1f1b.toml: mesh (pp 2, dp_shard 2, tp 2); stage 0 on ranks 0-3, stage 1 on
+    # ranks 4-7, peer = rank +- 4. 4 microbatches of (1, 16) tokens; the activation between the
+    # stages is the sequence-parallel residual (1, 8, 64), its gradient the same.
+    # Schedule1F1B, stage 0 (warmup = min(4, 2 - 0) = 2): F0 send a0; F1 (its send held back);
+    # then per 1B1F: [send a1 + recv g0] B0, F2; [send a2 + recv g1] B1, F3; [send a3 + recv g2]
+    # B2; cooldown: recv g3, B3.
+    # Stage 1 (warmup 1): recv a0, F0; then per 1B1F: B0 [send g0 + recv a1] F1; B1 [send g1 +
+    # recv a2] F2; B2 [send g2 + recv a3] F3; B3, send g3.
+    t, _ = workload("fsdp_tp_pp_1f1b")
+    h = [[1, 8, 64]]
+    for rank in range(8):
+        first = rank < 4
+        peer = rank + 4 if first else rank - 4
+        expected = []
+        for step in range(2):
+            if step == 0:
+                expected += _vote(["send", "recv"] if first else ["recv", "send"], peer)
+            ops = (["send", "send", "recv", "send", "recv", "send", "recv", "recv"] if first else
+                   ["recv", "send"] * 4)
+            expected += [(op, peer, h, step) for op in ops]
+        assert _p2p(t, rank) == expected
+
+
+def test_pipeline_interleaved_1f1b_sends_and_recvs_per_microbatch(workload):
+    # fsdp_tp_pp_interleaved.toml: pp 2 x 2 stages per rank = 4 stages of one block each (rank
+    # group 0 holds stages 0 and 2, rank group 1 stages 1 and 3); 2 microbatches.
+    # Compute order (torch's Interleaved1F1B: warmup 2*(v-1)... = 4 ops on pp rank 0, 2 on 1):
+    #   pp rank 0: F0s0 F1s0 F0s2 F1s2 B0s2 B1s2 B0s0 B1s0
+    #   pp rank 1: F0s1 F1s1 F0s3 B0s3 F1s3 B1s3 B0s1 B1s1
+    # Comms are placed as the ranks advance in lockstep (rank 0, then rank 1, per round); each
+    # F with the next stage elsewhere posts a send, the receiver's recv lands in its list then:
+    #   pp rank 0: F0s0 S | R(a0 s2) | F1s0 S | R(a1 s2) | F0s2 S | F1s2 S | R(g0 s2) B0s2 S |
+    #              R(g1 s2) B1s2 S | R(g0 s0) B0s0 | R(g1 s0) B1s0
+    #   pp rank 1: R F0s1 S | R F1s1 S | R(a0 s3) F0s3 | R(a1 s3) B0s3 S | R(g0 s1) F1s3 B1s3 S |
+    #              R(g1 s1) B0s1 S B1s1 S
+    # Vote over 4 stages, rank 0: s0 sends, s2 receives then sends; back: s2 receives, sends,
+    # s0 receives. Rank 1 the mirror image.
+    t, _ = workload("fsdp_tp_pp_interleaved")
+    h = [[1, 8, 64]]
+    for rank in range(8):
+        first = rank < 4
+        peer = rank + 4 if first else rank - 4
+        expected = []
+        for step in range(2):
+            if step == 0:
+                expected += _vote(["send", "recv"] * 3 if first else ["recv", "send"] * 3, peer)
+            ops = (["send", "recv", "send", "recv", "send", "send", "recv", "send", "recv", "send", "recv",
+                    "recv"] if first else
+                   ["recv", "send", "recv", "send", "recv", "recv", "send", "recv", "send", "recv", "send",
+                    "send"])
+            expected += [(op, peer, h, step) for op in ops]
+        assert _p2p(t, rank) == expected
+
+
+def test_local_mode_refuses_pipeline_configs(tmp_path):
+    from test_workload_config import run_tracer
+
+    p = run_tracer("tracer", "record", os.path.join(EXAMPLES, "fsdp_tp_pp_1f1b.toml"), "--mode", "local", cwd=tmp_path)
+    assert p.returncode == 2
+    assert "pipeline parallel needs p2p" in p.stderr and "Traceback" not in p.stderr
+    assert not list(tmp_path.iterdir())
+
+
+# ---- expert parallel ---------------------------------------------------------------------
+def _a2a(t, rank):
+    return [e for e in comm(t, rank, (A2A,))]
+
+
+@pytest.mark.parametrize("mode", ["fake", "local"])
+def test_expert_parallel_all_to_alls_per_moe_layer(workload, mode):
+    # fsdp_ep.toml: 4 ranks, dp_shard 4 split into dp_shard_mod_ep 2 x dp_shard_in_ep 2 (the ep
+    # group: ranks {0,1} and {2,3}); 4 experts, 2 per ep rank; top 2 of 4 for 2 x 16 tokens = 64
+    # routed rows of 64. Per MoE layer, forward: a2a of the per-expert counts ([4] -> [4], equal
+    # splits 2/2), a2a dispatching the rows (in: 64 rows, split by the destination's experts),
+    # a2a combining them back (the dispatch's splits swapped). Backward, per layer in reverse:
+    # the combine's a2a, then the dispatch's, each with swapped splits (counts need no grad).
+    t, _ = workload("fsdp_ep", mode)
+    for rank in range(4):
+        a = _a2a(t, rank)
+        assert len(a) == 2 * 10  # 2 steps x 2 layers x (3 forward + 2 backward)
+        assert {e["group"][0] for e in a} == {"dp_shard_in_ep"}
+        assert all(e["async_op"] == 1 for e in a)
+        for step in range(2):
+            s = a[10 * step: 10 * (step + 1)]
+            fwd, bwd = s[:6], s[6:]
+            assert [e["phase"] for e in s] == ["forward"] * 6 + ["backward"] * 4
+            assert [e["module"] for e in fwd] == ["layers.0.moe"] * 3 + ["layers.1.moe"] * 3
+            layers = {}
+            for layer in range(2):
+                counts, dispatch, combine = fwd[3 * layer: 3 * layer + 3]
+                assert counts["in_shapes"] == counts["out_shapes"] == [[4]]
+                assert counts["splits"] == [[2, 2], [2, 2]]
+                send, recv = dispatch["splits"]
+                assert sum(send) == 64 and dispatch["in_shapes"] == [[64, 64]]
+                assert dispatch["out_shapes"] == [[sum(recv), 64]]
+                assert combine["splits"] == [recv, send]
+                layers[layer] = (send, recv)
+            # backward runs layer 1 then layer 0: combine's grad (splits of the dispatch), then
+            # dispatch's grad (splits of the combine)
+            for k, layer in enumerate((1, 0)):
+                send, recv = layers[layer]
+                assert bwd[2 * k]["splits"] == [send, recv]
+                assert bwd[2 * k + 1]["splits"] == [recv, send]
+
+
+def test_expert_parallel_splits_are_consistent_across_ranks_in_local_mode(workload):
+    # LocalTensor computes every rank's routing, so what rank i sends rank j (its input split
+    # j) is what j expects from i (its output split i): the data-dependent case fake mode
+    # cannot get right (each fake rank only knows its own counts)
+    t, _ = workload("fsdp_ep", "local")
+    a = {rank: _a2a(t, rank) for rank in range(4)}
+    for i in range(20):
+        for group in ((0, 1), (2, 3)):
+            for gi, ri in enumerate(group):
+                for gj, rj in enumerate(group):
+                    assert a[ri][i]["splits"][0][gj] == a[rj][i]["splits"][1][gi]
+
+
+# ---- fake and local agree ----------------------------------------------------------------
+SKIP = {"ts", "rank", "label", "ranks"}
+DATA = {"splits", "in_shapes", "out_shapes", "in_bytes", "out_bytes"}
+
+
+@pytest.mark.parametrize("name", ["fsdp", "hsdp_tp", "fsdp_ep"])
+def test_fake_and_local_modes_agree(workload, name):
+    # every column of every event, except where the values depend on data: the expert-parallel
+    # token all_to_alls, whose splits fake mode derives from its own rank's counts only
+    fake, local = workload(name, "fake")[0], workload(name, "local")[0]
+    assert fake.ranks == local.ranks
+    for rank in fake.ranks:
+        a, b = stream(fake, rank), stream(local, rank)
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            drop = SKIP | (DATA if x["op"] == A2A and x["in_shapes"] != [[4]] else set())
+            assert {k: v for k, v in x.items() if k not in drop} == {k: v for k, v in y.items() if k not in drop}
+
+
+# ---- every example records and summarises -------------------------------------------------
+@pytest.mark.parametrize("name", sorted(f[:-5] for f in os.listdir(EXAMPLES) if f.endswith(".toml")))
+def test_every_example_records_and_summarises(workload, name, tmp_path):
+    import json
+
+    from test_workload_config import run_tracer
+
+    t, res = workload(name)
+    assert t.header["config"]["parallelism"]["data_parallel_shard_degree"] >= 1
+    p = run_tracer("analyzer", "summary", res.out, "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary
+    text = run_tracer("analyzer", "summary", res.out, cwd=tmp_path)
+    assert text.returncode == 0 and "rank class" in text.stdout
