@@ -71,6 +71,36 @@ def check(trace: str = typer.Argument(..., help="A .trace file or a folder of pe
     raise typer.Exit(1 if found else 0)
 
 
+@app.command()
+def hang(trace: str = typer.Argument(..., help="A trace (dry run or killed run) or a folder of parts / FR dumps."),
+         expected: str = typer.Option(None, "--expected", help="Golden trace of the same config: say what each "
+                                                               "stuck rank should have run next."),
+         dot: str = typer.Option(None, "--dot", help="Write the wait-for graph as Graphviz DOT to this file."),
+         eager_bytes: int = typer.Option(0, "--eager-bytes", help="Blocking sends up to this size complete "
+                                                                  "without a posted recv (eager protocol)."),
+         json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON.")) -> None:
+    """Post-mortem of a hang: stuck ranks, wait-for graph, root causes. Exit 0 no hang, 1 hang."""
+    from analyzer.hang import analyze, frontier_rows
+
+    t = _load(trace)
+    golden = _load(expected) if expected else None
+    report = analyze(t, golden, eager_bytes)
+    if dot:
+        with open(dot, "w") as f:
+            f.write(report.dot)
+    if json_out:
+        from analyzer.render import json as render_json
+
+        render_json.hang(t, report, frontier_rows(t, report))
+    else:
+        from rich.console import Console
+
+        from analyzer.render import console
+
+        console.hang(Console(), t, report, frontier_rows(t, report))
+    raise typer.Exit(1 if report.hung or report.findings else 0)
+
+
 def main() -> None:
     try:
         app()

@@ -94,15 +94,16 @@ def load(path: str | os.PathLike) -> Trace:
 def from_data(data: fmt.TraceData, notes: list[str] | None = None) -> Trace:
     notes = list(notes or []) + list(data.notes)
     ranks = sorted(data.columns)
-    frames = []
-    for rank in ranks:
-        cols = data.columns[rank]
-        n = len(cols["op"])
-        frame = {"rank": np.full(n, rank, dtype=np.int32), "idx": np.arange(n, dtype=np.int32)}
-        frame.update(cols)
-        frames.append(pl.DataFrame(frame))
-    schema = {"rank": pl.Int32, "idx": pl.Int32, **{name: _POLARS[dt] for name, dt in fmt.COLUMNS}}
-    events = pl.concat(frames, rechunk=True) if frames else pl.DataFrame(schema=schema)
+    counts = [len(data.columns[r]["op"]) for r in ranks]
+    cols = {"rank": np.repeat(np.array(ranks, dtype=np.int32), counts),
+            "idx": np.concatenate([np.arange(n, dtype=np.int32) for n in counts]) if counts else np.zeros(0, np.int32)}
+    for name, dt in fmt.COLUMNS:  # one column at a time, dropping the per-rank pieces as we go
+        cols[name] = (np.concatenate([data.columns[r][name] for r in ranks]) if ranks
+                      else np.zeros(0, dtype=dt))
+        for r in ranks:
+            data.columns[r][name] = None
+    events = pl.DataFrame(cols)
+    del cols
     events = _decode_strings(events, data.atoms)
     groups = pl.DataFrame(
         {"gid": [g["gid"] for g in data.groups.values()], "name": [g["name"] for g in data.groups.values()],
@@ -111,16 +112,20 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None) -> Trace:
     labels = [group_label(g["desc"], g["name"]) for g in data.groups.values()]
     groups = groups.with_columns(label=pl.Series(labels, dtype=pl.String), size=pl.col("ranks").list.len().cast(pl.Int32))
     status = {r: dict(e) for r, e in data.ends.items()}
-    for r in ranks:
-        status.setdefault(r, {"n": len(data.columns[r]["op"]), "status": "truncated", "error": None})
+    for r, n in zip(ranks, counts):
+        status.setdefault(r, {"n": n, "status": "truncated", "error": None})
     truncated = data.truncated_at is not None or any(s["status"] == "truncated" for s in status.values())
     trace = Trace(header=data.header, events=events, groups=groups, atoms=data.atoms, ranks=ranks,
                   status=status, notes=notes, truncated=truncated)
     if trace.missing_ranks:
         trace.notes.append(f"missing ranks (no events): {_ranges(trace.missing_ranks)}")
-    bad = {r: s for r, s in status.items() if s["status"] != "ok"}
-    for r, s in sorted(bad.items()):
-        trace.notes.append(f"rank {r}: {s['status']}" + (f": {s['error']}" if s.get("error") else ""))
+    bad: dict[tuple, list[int]] = {}
+    for r, s in sorted(status.items()):
+        if s["status"] != "ok":
+            bad.setdefault((s["status"], s.get("error")), []).append(r)
+    for (state, error), rs in bad.items():  # one note per distinct outcome, not per rank
+        who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_ranges(rs)}"
+        trace.notes.append(f"{who}: {state}" + (f": {error}" if error else ""))
     return trace
 
 

@@ -1,6 +1,6 @@
 """Synthetic traces at scale, with seeded faults: an FSDP x TP training pattern on dp x tp ranks.
 
-    python bench/synth.py -o big.trace --ranks 4096 --events 5000 [--skip 17] [--dtype 99]
+    python bench/synth.py -o big.trace --ranks 4096 --events 5000 [--skip 17] [--dtype 99] [--hang 17]
 
 Per layer and step: an all-gather on the rank's dp group (FSDP unit), two all-reduces on its tp
 group (attention, MLP), a reduce-scatter on dp. Faults: --skip R drops one tp all-reduce of rank R
@@ -19,18 +19,21 @@ from tracer import format as fmt
 
 
 def generate(path: str, ranks: int = 4096, events: int = 5000, tp: int = 8, skip: int | None = None,
-             dtype_fault: int | None = None) -> None:
+             dtype_fault: int | None = None, hang: int | None = None) -> None:
+    """With `hang`, a post-mortem trace (like Flight Recorder dumps of a hung job): every stream
+    ends where its rank was stuck: rank `hang` died just before its all-gather at 90 % of the run,
+    the other members of its dp group entered that all-gather, everyone else finished it."""
     dp = ranks // tp
-    header = fmt.make_header(world_size=ranks, ranks=list(range(ranks)), mode="fake",
+    header = fmt.make_header(world_size=ranks, ranks=list(range(ranks)), mode="post-mortem" if hang is not None else "fake",
                              config={"program": f"synthetic fsdp x tp, {dp} x {tp}"}, torch_version="synthetic")
     w = fmt.TraceWriter(path, header)
     try:
-        _write(w, ranks, events, tp, dp, skip, dtype_fault)
+        _write(w, ranks, events, tp, dp, skip, dtype_fault, hang)
     finally:
         w.close()
 
 
-def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, dtype_fault) -> None:
+def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, dtype_fault, hang) -> None:
     w.group(0, "0", list(range(ranks)), "default_pg")
     for t in range(dp):  # tp groups: consecutive ranks
         w.group(1 + t, str(1 + t), list(range(t * tp, (t + 1) * tp)), "mesh_tp")
@@ -68,6 +71,7 @@ def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, 
     dp_seq = np.cumsum(on_dp) - 1
     tp_seq = np.cumsum(~on_dp) - 1
     template["seq"] = np.where(on_dp, dp_seq, tp_seq).astype(np.int64)
+    stop = int(np.nonzero((kind == 0) & (pos >= int(0.9 * n)))[0][0]) if hang is not None else n
     progress_every = max(1, ranks // 8)
     start = time.perf_counter()
     for r in range(ranks):
@@ -84,8 +88,12 @@ def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, 
         if r == dtype_fault:
             cols["dtype"] = cols["dtype"].copy()
             cols["dtype"][int(np.nonzero(kind == 0)[0][3])] = f64
+        if hang is not None:
+            end = stop if r == hang else stop + 1  # the dead rank never entered the all-gather
+            cols = {k: v[:end] for k, v in cols.items()}
         w.block(r, cols)
-        w.end(r, len(cols["op"]))
+        if hang is None:
+            w.end(r, len(cols["op"]))
         if r % progress_every == 0 and r:
             print(f"  {r}/{ranks} ranks written ({time.perf_counter() - start:.1f} s)", flush=True)
     w.footer()
@@ -99,8 +107,9 @@ def main() -> None:
     ap.add_argument("--tp", type=int, default=8)
     ap.add_argument("--skip", type=int)
     ap.add_argument("--dtype", type=int)
+    ap.add_argument("--hang", type=int)
     a = ap.parse_args()
-    generate(a.out, a.ranks, a.events, a.tp, a.skip, a.dtype)
+    generate(a.out, a.ranks, a.events, a.tp, a.skip, a.dtype, a.hang)
 
 
 if __name__ == "__main__":

@@ -187,42 +187,45 @@ def read_trace(path: str | os.PathLike) -> TraceData:
     cut and sets `truncated_at`; anything that is not a trace raises TraceFormatError."""
     source = os.fspath(path)
     try:
-        with open(source, "rb") as f:
-            data = f.read()
+        f = open(source, "rb")
     except IsADirectoryError:
         raise TraceFormatError(f"{source}: is a folder, not a trace file") from None
     except OSError as e:
         raise TraceFormatError(f"{source}: cannot read ({e.strerror})") from None
-    if not data:
-        raise TraceFormatError(f"{source}: empty file")
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1 << 20))
-    unpacker.feed(data)
-    trace: TraceData | None = None
-    rows: dict[int, list] = {}
-    blocks: dict[int, list] = {}
-    offset = 0
-    try:
-        for rec in unpacker:
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if not size:
+            raise TraceFormatError(f"{source}: empty file")
+        # streamed: the file is never held in memory twice (bins become the column buffers)
+        limit = min(max(size, 1 << 20), 1 << 31)
+        unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=min(1 << 24, limit),
+                                    max_buffer_size=limit)
+        trace: TraceData | None = None
+        rows: dict[int, list] = {}
+        blocks: dict[int, list] = {}
+        offset = 0
+        try:
+            for rec in unpacker:
+                if trace is None:
+                    trace = TraceData(header=_check_header(rec, source))
+                else:
+                    _apply(trace, rec, rows, blocks)
+                offset = unpacker.tell()
+        except TraceFormatError:
+            raise
+        except Exception as e:  # msgpack raises several types on corrupt bytes
             if trace is None:
-                trace = TraceData(header=_check_header(rec, source))
-            else:
-                _apply(trace, rec, rows, blocks)
-            offset = unpacker.tell()
-    except TraceFormatError:
-        raise
-    except Exception as e:  # msgpack raises several types on corrupt bytes
-        if trace is None:
-            raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
-        trace.notes.append(f"corrupt record at byte {offset}: {type(e).__name__}; kept what came before")
-        trace.truncated_at = offset
+                raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
+            trace.notes.append(f"corrupt record at byte {offset}: {type(e).__name__}; kept what came before")
+            trace.truncated_at = offset
     if trace is None:
         raise TraceFormatError(f"{source}: not a commtrace trace (truncated header)")
-    if trace.truncated_at is None and offset < len(data):
+    if trace.truncated_at is None and offset < size:
         trace.truncated_at = offset
     if not trace.complete and trace.truncated_at is None:
         trace.truncated_at = offset
     if trace.truncated_at is not None:
-        trace.notes.append(f"{os.path.basename(source)}: truncated at byte {trace.truncated_at} of {len(data)}")
+        trace.notes.append(f"{os.path.basename(source)}: truncated at byte {trace.truncated_at} of {size}")
     _assemble(trace, rows, blocks)
     return trace
 

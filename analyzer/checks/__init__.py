@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analyzer.checks import collectives, groups, p2p
+from analyzer.checks import collectives, groups, ordering, p2p
 from analyzer.findings import Finding
 from analyzer.load import Trace
 
@@ -10,6 +10,7 @@ CHECKS = {
     "groups": groups.check,
     "collectives": collectives.check,
     "p2p": p2p.check,
+    "ordering": ordering.check,
 }
 
 

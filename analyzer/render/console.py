@@ -70,3 +70,31 @@ def findings(console: Console, trace: Trace, found: list) -> None:
         t.add_row(f.kind, group_text(f.group), "-" if f.seq is None else str(f.seq), ranks_text(f.culprit_ranks),
                   "\n".join(detail))
     console.print(t)
+
+
+def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
+    from analyzer.findings import ranks_text
+
+    trace_header(console, trace)
+    if not report.hung and not report.findings:
+        console.print(f"[bold green]✓ no hang[/] ({report.semantics}): every rank completes every recorded op")
+        return
+    console.print(f"[bold red]✗ hang[/] ({report.semantics}): {len(report.stuck)} rank"
+                  f"{'s' if len(report.stuck) != 1 else ''} stuck: {ranks_text(report.stuck)}")
+    t = Table(title="root causes", title_justify="left", show_lines=True)
+    t.add_column("kind", style="bold")
+    t.add_column("ranks", style="red")
+    t.add_column("what happened", ratio=1)
+    for f in report.findings:
+        t.add_row(f.kind, ranks_text(f.culprit_ranks), f.message)
+    console.print(t)
+    t = Table(title="stuck frontier", title_justify="left")
+    t.add_column("blocked in")
+    t.add_column("group")
+    t.add_column("blocked ranks", style="yellow")
+    t.add_column("waiting for", style="red")
+    for row in frontier[:40]:
+        t.add_row(row["what"], row["group"], ranks_text(row["blocked"]), ranks_text(row["missing"]))
+    console.print(t)
+    if len(frontier) > 40:
+        console.print(f"... and {len(frontier) - 40} more stuck ops (see --json)")

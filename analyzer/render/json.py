@@ -33,3 +33,11 @@ def findings(trace: Trace, found: list) -> None:
     json.dump({"findings": [f.to_json() for f in found], "counts": counts, "trace": trace_info(trace)},
               sys.stdout, indent=1)
     sys.stdout.write("\n")
+
+
+def hang(trace: Trace, report, frontier: list[dict]) -> None:
+    out = {"findings": [f.to_json() for f in report.findings], "semantics": report.semantics,
+           "stuck_ranks": sorted(report.stuck), "frontier": frontier,
+           "wait_for": sorted([list(e) for e in report.graph.edges]), "trace": trace_info(trace)}
+    json.dump(out, sys.stdout, indent=1)
+    sys.stdout.write("\n")

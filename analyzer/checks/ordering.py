@@ -1,0 +1,67 @@
+"""Deadlock-prone orderings: replay the streams under blocking semantics (analyzer.waitfor) and
+report each cycle of waiting ranks once, as `deadlock_cycle`: every rank on it, the op and group
+it is blocked in, whom it waits for, with user frames.
+
+Ranks left blocked outside a cycle are waiting for a collective some member never issues: that
+is a `missing_collective` (collectives check) or a hang to explain (`analyzer hang`), not an
+ordering problem, so it is not repeated here.
+"""
+
+from __future__ import annotations
+
+from analyzer.checks.common import conflicting_gids, group_table
+from analyzer.findings import Finding, group_text, ranks_text
+from analyzer.load import Trace
+from analyzer.waitfor import Blocked, cycles, ordered, simulate, wait_graph
+
+
+def describe(b: Blocked, groups: dict) -> str:
+    ev = b.event
+    where = f"{ev['frame']}" + (f" [{ev['module']}]" if ev.get("module") else "")
+    if ev["op"] == "wait":
+        what = "a wait on " + key_text(b.key, groups)
+    else:
+        what = key_text(b.key, groups, ev["op"])
+    return f"rank {b.rank} blocked in {what} at {where}, waiting for rank{'s' if len(b.waits_for) > 1 else ''} " \
+           f"{ranks_text(b.waits_for)}"
+
+
+def key_text(key: tuple, groups: dict, op: str = "collective") -> str:
+    if key[0] == "c":
+        return f"{op} #{key[2]} on {group_text(groups.get(key[1]))}"
+    kind = "send" if key[0] == "s" else "recv"
+    return f"{kind} #{key[4]} {key[2]}->{key[3]} on {group_text(groups.get(key[1]))}"
+
+
+def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool = True) -> list[Finding]:
+    """One deadlock_cycle per cycle of waiting ranks. With `only_matched`, cycles through an op
+    that some party never issues are left out: they are missing collectives / unmatched p2p,
+    which their own checks report, not ordering problems."""
+    groups = group_table(trace)
+    out = []
+    for cycle in cycles(wait_graph(blocked)):
+        if only_matched and not all(blocked[r].matched for r in cycle):
+            continue
+        ranks = sorted(cycle)
+        steps = [describe(blocked[r], groups) for r in cycle]
+        first = blocked[cycle[0]]
+        gids = sorted({blocked[r].key[1] for r in cycle})
+        out.append(Finding(
+            kind="deadlock_cycle", ranks=ranks, culprit_ranks=ranks,
+            group=groups.get(first.key[1]), seq=first.event["seq"], op=first.event["op"],
+            expected="every member enters its collectives in one order",
+            actual={r: key_text(blocked[r].key, groups, blocked[r].event["op"]) for r in cycle},
+            frames={r: blocked[r].event["frame"] for r in cycle},
+            extra={"cycle": cycle, "groups": [groups[g] for g in gids if g in groups]},
+            message=(f"deadlock: {len(ranks)} ranks wait on each other in a cycle through "
+                     f"{len(gids)} group{'s' if len(gids) > 1 else ''}: " + "; ".join(steps)
+                     + f"; and rank {cycle[0]} again")))
+    return out
+
+
+def check(trace: Trace, eager_bytes: int = 0) -> list[Finding]:
+    if ordered(trace):  # columnar certificate: no cycle is possible
+        return []
+    # groups whose name means different members on different ranks cannot be matched at all:
+    # group_mismatch reports them
+    return cycle_findings(trace, simulate(trace, eager_bytes, conflicting_gids(trace)))

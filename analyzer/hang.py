@@ -1,0 +1,124 @@
+"""`analyzer hang`: why a run stopped, and what each stuck rank should have done next.
+
+Which semantics: a dry-run recording (fake / local mode) never blocks, so its streams run past
+the point where a real job would hang; they are replayed under blocking semantics
+(`waitfor.simulate`). A post-mortem trace (Flight Recorder dumps, a killed replay) ends each
+stream where its rank was stuck; its blocking points are found columnar (`waitfor.frontier`).
+Root causes are the cycles of the wait-for graph and the ranks others wait on that are not
+blocked themselves (stuck in compute, or dead), with how many ranks wait on them transitively.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+import polars as pl
+
+from analyzer.checks.common import group_table
+from analyzer.checks.ordering import cycle_findings, key_text
+from analyzer.findings import Finding, group_text, ranks_text
+from analyzer.load import Trace
+from analyzer.waitfor import COMM, Blocked, frontier, simulate, to_dot, wait_graph
+
+DRY_RUN_MODES = ("fake", "local")
+
+
+@dataclass
+class HangReport:
+    semantics: str
+    """"replayed" (dry run) or "post-mortem" (streams end where ranks were stuck)."""
+    stuck: dict[int, Blocked]
+    graph: nx.DiGraph
+    findings: list[Finding] = field(default_factory=list)
+    dot: str = ""
+
+    @property
+    def hung(self) -> bool:
+        return bool(self.stuck)
+
+
+def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -> HangReport:
+    post_mortem = trace.header.get("mode") not in DRY_RUN_MODES
+    stuck = frontier(trace) if post_mortem else simulate(trace, eager_bytes)
+    graph = wait_graph(stuck)
+    groups = group_table(trace)
+    found = cycle_findings(trace, stuck, only_matched=False)
+    on_cycle = {r for f in found for r in f.ranks}
+    for sink in sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck):
+        found.append(_stalled(trace, sink, stuck, graph, groups, expected))
+    labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event['frame']}" for r, b in stuck.items()}
+    return HangReport("post-mortem" if post_mortem else "replayed", stuck, graph, found,
+                      to_dot(graph, stuck, labels, on_cycle))
+
+
+def _stalled(trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGraph, groups: dict,
+             expected: Trace | None) -> Finding:
+    waiters = sorted(nx.ancestors(graph, rank))
+    direct = sorted(graph.predecessors(rank))
+    # what the direct waiters are blocked in: the op this rank never entered
+    first = min((stuck[w] for w in direct), key=lambda b: (b.key[1], b.key[-1]))
+    ev = first.event
+    what = key_text(first.key, groups, ev["op"]) if ev["op"] != "wait" else "the op waited on at " + ev["frame"]
+    status = trace.status.get(rank, {})
+    last = _last_comm(trace, rank)
+    tail = f"; its last recorded op was {last}" if last else "; it recorded no collective"
+    if status.get("status", "ok") != "ok":
+        tail += f" and it ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "")
+    msg = (f"rank {rank} never entered {what} ({ev['frame']}); {len(waiters)} rank"
+           f"{'s' if len(waiters) != 1 else ''} wait on it transitively ({len(direct)} directly){tail}")
+    extra = {"waiting_ranks": waiters, "never_entered": what}
+    if expected is not None:
+        nxt = next_expected(trace, expected, rank)
+        if nxt:
+            msg += f". Expected next (golden): {nxt['text']}"
+            extra["expected_next"] = nxt
+    return Finding(kind="stalled_rank", ranks=sorted(set(waiters) | {rank}), culprit_ranks=[rank],
+                   group=groups.get(first.key[1]), seq=first.key[-1], op=ev["op"], expected=what,
+                   actual={rank: last or "nothing recorded"}, frames={rank: ev["frame"]}, message=msg, extra=extra)
+
+
+def _comm_rows(trace: Trace, rank: int) -> pl.DataFrame:
+    ops = [o for o in COMM if o != "wait"]
+    return (trace.events.filter(pl.col("rank") == rank).with_columns(op=pl.col("op").cast(pl.String))
+            .filter(pl.col("op").is_in(ops)).sort("idx")
+            .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
+            .sort("idx"))
+
+
+def _describe(row: dict) -> str:
+    where = row["frame"] + (f" [{row['module']}]" if row.get("module") else "")
+    group = f"{row['label']} (ranks {ranks_text(row['ranks'])})" if row.get("label") else "?"
+    return f"{row['op']} #{row['seq']} on {group} at {where} ({row['phase']}, step {row['step']})"
+
+
+def _last_comm(trace: Trace, rank: int) -> str | None:
+    rows = _comm_rows(trace, rank)
+    return _describe(rows.row(-1, named=True)) if rows.height else None
+
+
+def next_expected(trace: Trace, golden: Trace, rank: int) -> dict | None:
+    """Place `rank` in the golden pattern by how many comm ops it got through; the golden's
+    next op is what it should have run next."""
+    done = _comm_rows(trace, rank).height
+    if rank not in golden.ranks:
+        return None
+    ahead = _comm_rows(golden, rank)
+    if done >= ahead.height:
+        return {"text": "nothing: the golden rank ends here too", "index": done}
+    row = ahead.row(done, named=True)
+    return {"text": _describe(row), "index": done, "op": row["op"], "seq": row["seq"], "group": row["label"],
+            "module": row["module"], "frame": row["frame"], "phase": row["phase"], "step": row["step"]}
+
+
+def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
+    """Per stuck collective instance: who is in it and who never arrived (for the tables)."""
+    groups = group_table(trace)
+    out: dict[tuple, dict] = {}
+    for b in report.stuck.values():
+        row = out.setdefault(b.key, {"what": key_text(b.key, groups, b.event["op"] if b.event["op"] != "wait"
+                                                        else "op"),
+                                     "group": group_text(groups.get(b.key[1])), "blocked": [], "missing": set()})
+        row["blocked"].append(b.rank)
+        row["missing"].update(b.waits_for)
+    return [dict(r, blocked=sorted(r["blocked"]), missing=sorted(r["missing"])) for r in out.values()]
