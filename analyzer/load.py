@@ -69,13 +69,20 @@ def group_label(desc: str, name: str) -> str:
 
 
 def load(path: str | os.PathLike) -> Trace:
-    """A .trace file, a folder of .part files, or OUT.trace whose recording never merged
-    (its OUT.trace.parts folder is loaded instead, with a note)."""
+    """A .trace file, a folder of .part files, OUT.trace whose recording never merged (its
+    OUT.trace.parts folder is loaded instead, with a note), or Flight Recorder dumps (a folder
+    or one file, see analyzer.flight_recorder)."""
     path = os.fspath(path)
     notes: list[str] = []
     if not os.path.exists(path) and os.path.isdir(path + ".parts"):
         notes.append(f"{path} was never written (recording interrupted); loaded {path}.parts")
         path = path + ".parts"
+    from analyzer.flight_recorder_read import is_dump_path
+
+    if is_dump_path(path):  # PyTorch Flight Recorder dumps, recognised by content
+        from analyzer.flight_recorder import load_dumps
+
+        return load_dumps(path)
     try:
         if os.path.isdir(path):
             parts = sorted(glob.glob(os.path.join(path, "*.part")) + glob.glob(os.path.join(path, "*.trace")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyzer.checks import collectives, groups, ordering, p2p
+from analyzer.checks import missing_ranks
 from analyzer.findings import Finding
 from analyzer.load import Trace
 
@@ -10,6 +11,7 @@ CHECKS = {
     "groups": groups.check,
     "collectives": collectives.check,
     "p2p": p2p.check,
+    "missing_ranks": missing_ranks.check,
     "ordering": ordering.check,
 }
 

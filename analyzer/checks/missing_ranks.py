@@ -1,0 +1,49 @@
+"""A rank that left no Flight Recorder dump while its peers wait for it: `missing_rank`.
+
+A rank whose process died (a crash, an OOM kill, a failed assertion) writes no dump; the other
+members of its groups are then stuck in the collective it never joined, and their dumps show
+it as not completed. Only dumps carry that `state` (commtrace traces have none: a missing part
+there is a note, not a finding). Per group with a missing member, the collective the present
+members are blocked in is the latest one that some present member has not completed but which
+every member finished before it: the max over members of their first uncompleted sequence number.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.checks.common import group_table
+from analyzer.findings import Finding, group_text, ranks_text
+from analyzer.load import Trace
+from tracer.format import COLLECTIVE_OPS
+
+
+def check(trace: Trace) -> list[Finding]:
+    missing = set(trace.missing_ranks)
+    if not missing or "state" not in trace.events.columns:
+        return []
+    groups = group_table(trace)
+    pending = (trace.events.with_columns(op=pl.col("op").cast(pl.String))
+               .filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS)) & (pl.col("state") != "completed")
+                       & (pl.col("group") >= 0))
+               .group_by("group", "rank").agg(pl.all().sort_by("seq").first()))
+    out = []
+    for (gid,), rows in pending.group_by(["group"], maintain_order=True):
+        group = groups.get(gid)
+        absent = sorted(missing & set(group["ranks"])) if group else []
+        if not absent:
+            continue
+        at = rows.sort("seq", descending=True).row(0, named=True)
+        waiting = sorted(rows.filter(pl.col("seq") == at["seq"])["rank"].to_list())
+        who = f"rank{'s' if len(absent) > 1 else ''} {ranks_text(absent)}"
+        where = at["frame"] or "?"
+        out.append(Finding(
+            kind="missing_rank", ranks=list(group["ranks"]), culprit_ranks=absent, group=group, seq=at["seq"],
+            op=at["op"], expected=f"every member joins {at['op']} #{at['seq']}",
+            actual={r: "no dump" for r in absent}, frames={-1: where},
+            extra={"waiting": waiting, "state": at["state"]},
+            message=(f"{who} left no Flight Recorder dump, and rank{'s' if len(waiting) > 1 else ''} "
+                     f"{ranks_text(waiting)} {'are' if len(waiting) > 1 else 'is'} blocked in {at['op']} "
+                     f"#{at['seq']} on {group_text(group)} ({where}, {at['state']}): {who} never completed it "
+                     f"-- its process most likely died (see its log)")))
+    return sorted(out, key=lambda f: (f.group["label"], f.seq))

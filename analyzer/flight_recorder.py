@@ -1,0 +1,260 @@
+"""Import a folder of PyTorch Flight Recorder (FR) dumps as a `Trace`: the same frames as a
+commtrace trace, so every check and command runs on a production hang as on a dry run.
+
+    >>> from analyzer import load
+    >>> t = load("fr_dumps/")        # pickle or JSON dumps, one file per rank, any naming
+    >>> t.events.filter(pl.col("state") != "completed")
+
+Events get commtrace's columns (op in commtrace's vocabulary, group, seq from 0, peer, dtype,
+shapes, bytes, frame = first user frame) plus two FR-only columns:
+- `state` (String): "scheduled" / "started" / "completed" as FR knew it at dump time; gloo never
+  updates an entry, so there an entry whose op_id is at most its group's
+  `pg_status.last_completed_collective` counts as completed. Null in commtrace traces.
+- `record_id` (Int64): FR's record id of the entry (position in its ring buffer's history).
+Groups come from `pg_config`, or are inferred from the entries when it is empty (gloo): a
+group's members are the ranks whose entries name it, the world is at least what the default
+group's all-gathers show (`[group size, *input]`), so a rank that left no dump is still a
+member, reported missing. How FR's conventions are mapped: analyzer.flight_recorder_conventions.
+
+Columnar where it counts: each dump is decoded to numpy columns by
+analyzer.flight_recorder_rank.read_rank (in worker processes when there are many), and the rest
+is numpy over whole columns.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing as mp
+import os
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import polars as pl
+
+from analyzer import flight_recorder_conventions as conv
+from analyzer.flight_recorder_groups import build_groups
+from analyzer.flight_recorder_rank import RankDump, read_rank
+from analyzer.flight_recorder_read import dump_files, is_dump_path
+from analyzer.load import LoadError, Trace, from_data
+from tracer import format as fmt
+
+__all__ = ["is_dump_path", "load_dumps"]
+
+
+class _Atoms:
+    """One atom table: strings and shapes (keyed by their text) interned once."""
+
+    def __init__(self):
+        self.values: list = []
+        self._ids: dict = {}
+
+    def get(self, key, value=None) -> int:
+        if key is None:
+            return -1
+        aid = self._ids.get(key)
+        if aid is None:
+            aid = self._ids[key] = len(self.values)
+            self.values.append(key if value is None else value)
+        return aid
+
+    def find(self, key) -> int:
+        """Id of an atom, -1 when there is none (without adding it)."""
+        return self._ids.get(key, -1)
+
+    def shape(self, text: str) -> int:
+        return self.get(("shape", text), json.loads(text))
+
+
+PARALLEL_FROM = 32  # dumps; below that a worker pool costs more than it saves
+
+
+def _read_all(files: list) -> list[RankDump]:
+    """read_rank over the files, on every core when there are many (unpickling dominates)."""
+    workers = min(os.cpu_count() or 1, len(files) // 8)
+    if len(files) < PARALLEL_FROM or workers < 2 or "fork" not in mp.get_all_start_methods():
+        return [read_rank(f) for f in files]
+    # fork: the workers need nothing but this module's functions; they never touch polars
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+        return list(pool.map(read_rank, files, chunksize=max(1, len(files) // (workers * 4))))
+
+
+def load_dumps(path: str | os.PathLike) -> Trace:
+    """A folder of FR dumps (or one dump file) as a Trace; dumps that are missing are noted."""
+    enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived dicts: the cyclic collector would rescan them again and again
+    try:
+        return _load(os.fspath(path))
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load(path: str) -> Trace:
+    files = dump_files(path)
+    if not files:
+        raise LoadError(f"{path}: no Flight Recorder dumps found")
+    atoms, pgs = _Atoms(), {}
+    ranks: dict[int, dict] = {}
+    configs: dict[int, list] = {}
+    notes: list[str] = []
+    versions = set()
+    for d in _read_all(files):
+        name = os.path.basename(d.file)
+        if d.error:
+            if len(files) == 1 or d.refused:
+                raise LoadError(d.error)
+            notes.append(f"skipped {d.error}")
+        elif d.rank is None:
+            notes.append(f"skipped {name}: no rank in the dump or its name")
+        elif d.rank in ranks:
+            notes.append(f"rank {d.rank}: more than one dump, kept the first ({name} ignored)")
+        else:
+            ranks[d.rank] = _globalize(d, atoms, pgs)
+            configs[d.rank] = d.config
+            versions.add(d.version)
+    if not ranks:
+        raise LoadError(f"{path}: no readable Flight Recorder dump" + (f" ({notes[0]})" if notes else ""))
+    groups, gid_of, world, group_notes = build_groups(ranks, configs, pgs, atoms)
+    notes.extend(group_notes)
+    _finish_columns(ranks, gid_of, groups, atoms, notes)
+    return _trace(path, ranks, groups, atoms, world, versions, kind_of(files), notes)
+
+
+def _globalize(d: RankDump, atoms: _Atoms, pgs: dict) -> dict:
+    """A worker's local table ids -> the shared atom / process-group ids (numpy gathers)."""
+    c = d.cols
+    site = np.array([[atoms.get(op), atoms.get(frame), peer] for op, frame, peer, _ in d.sites] or [[-1, -1, -1]],
+                    dtype=np.int64)[c["site"]]
+    backend = np.array([b for _, _, _, b in d.sites] + [""], dtype=object)[c["site"]]
+    shapes = np.array([atoms.shape(s) for s in d.shapes] + [-1], dtype=np.int32)
+    for key in d.pgs:
+        pgs.setdefault(key, len(pgs))
+    return {"op": site[:, 0].astype(np.int32), "frame": site[:, 1].astype(np.int32), "peer_local": site[:, 2],
+            "backend": backend, "pg": np.array([pgs[k] for k in d.pgs] + [-1], dtype=np.int64)[c["pg"]],
+            "seq": c["seq"], "in_shapes": shapes[c["in_shapes"]], "out_shapes": shapes[c["out_shapes"]],
+            "dtype": np.array([atoms.get(t) for t in d.dtypes] + [-1], dtype=np.int32)[c["dtype"]],
+            "state": np.array(d.states + [None], dtype=object)[c["state"]], "ts_ns": c["ts_ns"],
+            "record_id": c["record_id"]}
+
+
+def kind_of(files: list) -> str:
+    return "+".join(sorted({k for _, k in files}))
+
+
+def _finish_columns(ranks: dict, gid_of: dict, groups: dict, atoms: _Atoms, notes: list) -> None:
+    """Per rank: pg key -> gid, group-rank peers -> global ranks, commtrace output conventions,
+    p2p numbering per (group, peer), and a common start when ring buffers wrapped."""
+    members = {gid: np.array(g["ranks"], dtype=np.int64) for gid, g in groups.items()}
+    size = {gid: len(g["ranks"]) for gid, g in groups.items()}
+    derived: dict = {}
+    for rank, c in ranks.items():
+        table = gid_of[rank]
+        top = int(c["pg"].max()) + 1 if len(c["pg"]) else 0
+        c["group"] = np.array([table.get(p, -1) for p in range(top)] + [-1], dtype=np.int32)[c["pg"]]
+        peer = np.full(len(c["pg"]), -1, dtype=np.int32)
+        for gid in np.unique(c["group"][c["peer_local"] >= 0]):
+            m = (c["group"] == gid) & (c["peer_local"] >= 0) & (c["peer_local"] < len(members[gid]))
+            peer[m] = members[gid][c["peer_local"][m]]
+        c["peer"] = peer
+        _derive_outputs(c, size, atoms, derived)
+        _number_p2p(c, atoms)
+    _common_start(ranks, notes)
+
+
+def _derive_outputs(c: dict, size: dict, atoms: _Atoms, cache: dict) -> None:
+    gloo = c["backend"] == "gloo"
+    if not gloo.any():
+        return
+    keys = np.stack([c["op"], c["in_shapes"], c["group"]], axis=1)[gloo]
+    if not len(keys):
+        return
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    new = np.empty(len(uniq), dtype=np.int32)
+    for i, (op, ins, gid) in enumerate(uniq.tolist()):
+        key = (op, ins, gid)
+        if key not in cache:
+            out = conv.derive_outputs(atoms.values[op], atoms.values[ins] if ins >= 0 else [], size.get(gid, 0))
+            cache[key] = atoms.shape(json.dumps(out, separators=(", ", ": "))) if out is not None else None
+        new[i] = -2 if cache[key] is None else cache[key]
+    outs = c["out_shapes"].copy()
+    sub = outs[gloo]
+    replace = new[inverse.reshape(-1)]
+    sub = np.where(replace == -2, sub, replace)
+    outs[gloo] = sub
+    c["out_shapes"] = outs.astype(np.int32)
+
+
+def _number_p2p(c: dict, atoms: _Atoms) -> None:
+    """commtrace numbers p2p per (group, src, dst) on both sides; FR per group and rank."""
+    p2p_ids = [atoms.find(k) for k in ("send", "recv")]
+    mask = np.isin(c["op"], p2p_ids)
+    if not mask.any():
+        return
+    idx = np.flatnonzero(mask)
+    key = (c["group"][idx].astype(np.int64) << 40) | (c["op"][idx].astype(np.int64) << 20) | (c["peer"][idx] + 1)
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    starts = np.r_[0, np.flatnonzero(sk[1:] != sk[:-1]) + 1]
+    counts = np.arange(len(sk)) - np.repeat(starts, np.diff(np.r_[starts, len(sk)]))
+    seq = c["seq"].copy()
+    seq[idx[order]] = counts
+    c["seq"] = seq
+
+
+def _common_start(ranks: dict, notes: list) -> None:
+    """Ring buffers that wrapped start at different collectives on different ranks: per group,
+    keep what every rank still holds (FR's own reader aligns the same way)."""
+    if not any(len(c["record_id"]) and c["record_id"][0] > 0 for c in ranks.values()):
+        return
+    start: dict[int, int] = defaultdict(int)
+    for c in ranks.values():
+        for gid in np.unique(c["group"]):
+            start[int(gid)] = max(start[int(gid)], int(c["seq"][c["group"] == gid].min()))
+    dropped = 0
+    for rank, c in ranks.items():
+        first = np.array([start.get(int(g), 0) for g in c["group"]], dtype=np.int64) if len(c["group"]) else c["seq"]
+        keep = c["seq"] >= first
+        dropped += int((~keep).sum())
+        for k, v in c.items():
+            c[k] = v[keep]
+    if dropped:
+        notes.append(f"ring buffers wrapped: {dropped} older entries that not every rank still holds were left out")
+
+
+def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions: set, kind: str,
+           notes: list) -> Trace:
+    expected = sorted(set(range(world)))
+    header = fmt.make_header(world_size=world, ranks=expected, mode="flight_recorder",
+                             config={"source": path, "ranks": expected, "fr_version": sorted(versions),
+                                     "dump_format": kind}, torch_version="")
+    t0 = min((int(c["ts_ns"].min()) for c in ranks.values() if len(c["ts_ns"])), default=0)
+    numel = np.array([sum(conv.numel(s) for s in v) if isinstance(v, list) else 0 for v in atoms.values] + [0],
+                     dtype=np.int64)  # per atom; index -1 is the trailing 0
+    itemsize = np.array([conv.ITEMSIZE.get(v, 0) if isinstance(v, str) else 0 for v in atoms.values] + [0],
+                        dtype=np.int64)
+    columns = {}
+    for rank, c in sorted(ranks.items()):
+        n = len(c["op"])
+        row = {name: np.full(n, v, dtype=dt) for (name, dt), v in zip(fmt.COLUMNS, fmt.default_row())}
+        for name in ("op", "group", "seq", "peer", "dtype", "in_shapes", "out_shapes", "frame"):
+            row[name] = c[name].astype(row[name].dtype)
+        row["in_bytes"] = numel[c["in_shapes"]] * itemsize[c["dtype"]]
+        row["out_bytes"] = numel[c["out_shapes"]] * itemsize[c["dtype"]]
+        row["ts"] = (c["ts_ns"] - t0) / 1e9
+        columns[rank] = row
+    data = fmt.TraceData(header=header, atoms=atoms.values, groups=groups, columns=columns,
+                         ends={r: {"n": len(c["op"]), "status": "ok", "error": None} for r, c in ranks.items()},
+                         complete=True)
+    notes = [f"Flight Recorder dumps ({kind}, FR version {', '.join(sorted(versions))}) of "
+             f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}"] + notes
+    trace = from_data(data, notes)
+    order = sorted(ranks)
+    extra = [pl.Series("state", np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else [],
+                       dtype=pl.String),
+             pl.Series("record_id", np.concatenate([ranks[r]["record_id"] for r in order]) if order else [],
+                       dtype=pl.Int64)]
+    trace.events = trace.events.with_columns(extra)
+    return trace
+

@@ -1,0 +1,106 @@
+"""Process groups of a set of FR dumps: from `pg_config`, or inferred from the entries.
+
+NCCL dumps list every group the rank knows in `pg_config` (name, desc, global member ranks).
+gloo writes an empty placeholder, so there a group is inferred: its members are the ranks whose
+entries name it. That misses members that left no dump (a dead rank), so the world is also
+read off the default group's all-gathers (FR records their output as `[group size, *input]`):
+the default group is then every rank of the world, and a rank with no dump is a missing member.
+A subgroup whose all-gathers show more members than the dumps name gets a note (which ranks
+are missing cannot be known without pg_config).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+GATHERS = ("all_gather_into_tensor", "all_gather", "all_gather_into_tensor_coalesced")
+
+
+def _name_order(name: str):
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def build_groups(ranks: dict[int, dict], configs: dict[int, list], pgs: dict, atoms) -> tuple:
+    """(groups {gid: {gid, name, ranks, desc}}, {rank: {pg key id: gid}}, world size, notes)."""
+    notes: list[str] = []
+    key_of = {i: k for k, i in pgs.items()}  # pg key id -> (name, desc)
+    configured: dict[tuple, str] = {}  # (name, members) -> desc
+    for groups in configs.values():
+        for name, desc, members in groups:
+            configured.setdefault((name, members), desc)
+    cfg = sorted(configured, key=lambda k: (_name_order(k[0]), k[1]))
+    gid_cfg = {k: i for i, k in enumerate(cfg)}
+    by_name: dict[str, list[tuple]] = defaultdict(list)
+    for k in cfg:
+        by_name[k[0]].append(k)
+    used = {r: np.unique(c["pg"]).tolist() for r, c in ranks.items()}
+    gid_of: dict[int, dict[int, int]] = {r: {} for r in ranks}
+    unresolved: dict[tuple, set[int]] = defaultdict(set)  # (name, desc) -> ranks naming it
+    for rank, keys in used.items():
+        for pk in keys:
+            name = key_of[pk][0]
+            own = [k for k in by_name.get(name, ()) if rank in k[1]]
+            if own:
+                gid_of[rank][pk] = gid_cfg[own[0]]
+            else:
+                unresolved[key_of[pk]].add(rank)
+    hints = _size_hints(ranks, atoms)
+    dumped = max(ranks) + 1
+    world = max([dumped] + [max(m) + 1 for _, m in cfg])
+    for (name, desc), seen in unresolved.items():
+        if _is_default(name, desc):
+            world = max(world, max((hints.get(pk, 0) for pk, k in key_of.items() if k == (name, desc)), default=0))
+    groups = {gid_cfg[k]: {"gid": gid_cfg[k], "name": k[0], "ranks": list(k[1]), "desc": configured[k]} for k in cfg}
+    next_gid = len(cfg)
+    for (name, desc), seen in sorted(unresolved.items(), key=lambda kv: (_name_order(kv[0][0]), kv[0][1])):
+        members = list(range(world)) if _is_default(name, desc) else sorted(seen)
+        groups[next_gid] = {"gid": next_gid, "name": name, "ranks": members, "desc": desc or "undefined"}
+        pk = pgs[(name, desc)]
+        for rank in seen:
+            gid_of[rank][pk] = next_gid
+        hint = hints.get(pk, 0)
+        if not _is_default(name, desc) and hint > len(members):
+            notes.append(f"group {name} ({desc}): its all-gathers show {hint} members, but only ranks "
+                         f"{', '.join(map(str, members))} left dumps that name it")
+        next_gid += 1
+    if unresolved:
+        notes.append(f"{len(unresolved)} process group{'s' if len(unresolved) > 1 else ''} inferred from the "
+                     "entries (the dumps' pg_config is empty, as gloo leaves it)")
+    return groups, gid_of, world, notes
+
+
+def _is_default(name: str, desc: str) -> bool:
+    return desc == "default_pg" or (name == "0" and desc in ("", "undefined"))
+
+
+def _size_hints(ranks: dict[int, dict], atoms) -> dict[int, int]:
+    """pg key id -> group size shown by recorded all-gathers (output numel / input numel) and
+    list all_to_alls (one input per member)."""
+    ops = {atoms.find(o): o for o in GATHERS + ("all_to_all",)}
+    ops.pop(-1, None)
+    out: dict[int, int] = defaultdict(int)
+    for c in ranks.values():
+        mask = np.isin(c["op"], list(ops))
+        if not mask.any():
+            continue
+        for op, pk, i, o in np.unique(np.stack([c["op"], c["pg"], c["in_shapes"], c["out_shapes"]], axis=1)[mask],
+                                      axis=0).tolist():
+            ins = atoms.values[i] if i >= 0 else []
+            outs = atoms.values[o] if o >= 0 else []
+            if ops[op] == "all_to_all":
+                hint = len(ins)
+            else:
+                n_in = sum(_numel(s) for s in ins)
+                n_out = sum(_numel(s) for s in outs)
+                hint = n_out // n_in if n_in and n_out % n_in == 0 else 0
+            out[pk] = max(out[pk], hint)
+    return out
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
