@@ -70,9 +70,15 @@ class _Atoms:
 PARALLEL_FROM = 32  # dumps; below that a worker pool costs more than it saves
 
 
+def _workers(n_files: int) -> int:
+    """Worker processes worth starting: on 2-3 CPUs (often shared) the pool measured slower."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(cpus, n_files // 8) if cpus >= 4 else 1
+
+
 def _read_all(files: list) -> list[RankDump]:
-    """read_rank over the files, on every core when there are many (unpickling dominates)."""
-    workers = min(os.cpu_count() or 1, len(files) // 8)
+    """read_rank over the files, on several cores when there are many (unpickling dominates)."""
+    workers = _workers(len(files))
     if len(files) < PARALLEL_FROM or workers < 2 or "fork" not in mp.get_all_start_methods():
         return [read_rank(f) for f in files]
     # fork: the workers need nothing but this module's functions; they never touch polars
