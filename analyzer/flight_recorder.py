@@ -24,7 +24,6 @@ is numpy over whole columns.
 from __future__ import annotations
 
 import gc
-import json
 import multiprocessing as mp
 import os
 from collections import defaultdict
@@ -63,8 +62,9 @@ class _Atoms:
         """Id of an atom, -1 when there is none (without adding it)."""
         return self._ids.get(key, -1)
 
-    def shape(self, text: str) -> int:
-        return self.get(("shape", text), json.loads(text))
+    def shape(self, key: tuple) -> int:
+        """A list of shapes, keyed as a tuple of tuples; the atom is a list of lists."""
+        return self.get(("shape", key), [list(s) for s in key])
 
 
 PARALLEL_FROM = 32  # dumps; below that a worker pool costs more than it saves
@@ -182,7 +182,7 @@ def _derive_outputs(c: dict, size: dict, atoms: _Atoms, cache: dict) -> None:
         key = (op, ins, gid)
         if key not in cache:
             out = conv.derive_outputs(atoms.values[op], atoms.values[ins] if ins >= 0 else [], size.get(gid, 0))
-            cache[key] = atoms.shape(json.dumps(out, separators=(", ", ": "))) if out is not None else None
+            cache[key] = atoms.shape(tuple(map(tuple, out))) if out is not None else None
         new[i] = -2 if cache[key] is None else cache[key]
     outs = c["out_shapes"].copy()
     sub = outs[gloo]

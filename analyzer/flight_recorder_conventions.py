@@ -18,6 +18,7 @@ input and the group size on gloo, whose recorded outputs follow the conventions 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -150,16 +151,24 @@ def config_groups(pg_config: Any) -> list[tuple[str, str, tuple[int, ...]]]:
     for key, pg in pg_config.items():
         if not isinstance(pg, dict):
             continue
-        ranks = pg.get("ranks", "[]")
         try:
-            ranks = json.loads(ranks) if isinstance(ranks, str) else list(ranks)
-            members = tuple(int(r) for r in ranks)
+            members = _members(pg.get("ranks", "[]"))
         except (ValueError, TypeError):
             continue
         name = str(pg.get("name", key))
         if members and name:
             out.append((name, str(pg.get("desc", "undefined")), members))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _members_text(text: str) -> tuple[int, ...]:
+    # every rank's dump repeats the same member lists (thousands of ranks long): parse each once
+    return tuple(int(r) for r in json.loads(text))
+
+
+def _members(ranks) -> tuple[int, ...]:
+    return _members_text(ranks) if isinstance(ranks, str) else tuple(int(r) for r in ranks)
 
 
 def numel(shape) -> int:

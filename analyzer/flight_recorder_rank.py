@@ -33,7 +33,7 @@ class RankDump:
     pgs: list = field(default_factory=list)
     """(name, desc) per local pg id."""
     shapes: list = field(default_factory=list)
-    """Shape lists as text ('[[4], [2, 3]]')."""
+    """Shape lists as tuples of tuples (((4,), (2, 3)))."""
     dtypes: list = field(default_factory=list)
     states: list = field(default_factory=list)
     cols: dict = field(default_factory=dict)
@@ -68,22 +68,29 @@ def read_rank(file_kind: tuple[str, str]) -> RankDump:
     entries = dump["entries"]
     names = _column(entries, "profiling_name", "")
     frames = _column(entries, "frames", None)
-    if any(f is None for f in frames):
+    if None in frames:
         frames = [f or () for f in frames]
     # FR pickles share each frame dict between the entries of one call site: their ids key the site
     keys = list(zip(names, map(tuple, map(map, repeat(id), frames))))
     sites, site = _intern(keys)
     first = dict(zip(keys, frames))
+    resolved = []
     for key in sites:  # once per call site
         backend, backend_op, peer = conv.parse_profiling_name(key[0])
         api, user = conv.call_site(first[key])
-        out.sites.append((conv.program_op(backend, backend_op, api), user, peer, backend))
+        resolved.append((conv.program_op(backend, backend_op, api), user, peer, backend))
+    # sites were keyed by object ids: renumber them by what they resolve to (deterministic output)
+    out.sites = sorted(set(resolved), key=repr)
+    order = {v: i for i, v in enumerate(out.sites)}
+    site = np.array([order[v] for v in resolved] + [0], dtype=np.int32)[site]
     groups = [tuple(p) if p else None for p in _column(entries, "process_group", None)]
-    if any(g is None for g in groups):  # very old dumps: only pg_id
+    if None in groups:  # very old dumps: only pg_id
         groups = [g or (str(pid), "undefined") for g, pid in zip(groups, _column(entries, "pg_id", 0))]
     out.pgs, pg = _intern(groups)
-    shape_text = list(map(str, _column(entries, "input_sizes", []))) + list(map(str, _column(entries, "output_sizes", [])))
-    out.shapes, shape_ids = _intern(shape_text)
+    # shapes keyed as tuples of tuples, built by C-level maps (no Python call per entry)
+    shape_keys = list(map(tuple, map(map, repeat(tuple), _column(entries, "input_sizes", [])))) + \
+        list(map(tuple, map(map, repeat(tuple), _column(entries, "output_sizes", []))))
+    out.shapes, shape_ids = _intern(shape_keys)
     pairs, dts = _intern(list(zip(map(tuple, _column(entries, "input_dtypes", [])),
                                   map(tuple, _column(entries, "output_dtypes", [])))))
     out.dtypes = [conv.dtype_name((i or o or (None,))[0]) for i, o in pairs]

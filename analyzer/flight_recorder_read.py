@@ -112,7 +112,7 @@ def read_dump(path: str, kind: str) -> dict:
             gc.enable()
     if not isinstance(dump, dict) or not isinstance(dump.get("entries", []), list):
         raise LoadError(f"{name}: not a Flight Recorder dump (no entries list)")
-    if not all(isinstance(e, dict) for e in dump.get("entries", [])):
+    if set(map(type, dump.get("entries", []))) - {dict}:
         raise LoadError(f"{name}: not a Flight Recorder dump (an entry is not a map)")
     dump.setdefault("entries", [])
     return dump
