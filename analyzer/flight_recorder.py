@@ -215,13 +215,16 @@ def _common_start(ranks: dict, notes: list) -> None:
     if not any(len(c["record_id"]) and c["record_id"][0] > 0 for c in ranks.values()):
         return
     start: dict[int, int] = defaultdict(int)
-    for c in ranks.values():
-        for gid in np.unique(c["group"]):
-            start[int(gid)] = max(start[int(gid)], int(c["seq"][c["group"] == gid].min()))
+    for c in ranks.values():  # collectives only: p2p are numbered per peer pair from what is left
+        coll = c["peer_local"] < 0
+        for gid in np.unique(c["group"][coll]):
+            start[int(gid)] = max(start[int(gid)], int(c["seq"][coll & (c["group"] == gid)].min()))
+    lut = np.zeros(max(start, default=0) + 2, dtype=np.int64)  # gid -> first kept seq; -1 -> 0
+    for gid, first in start.items():
+        lut[gid] = first
     dropped = 0
     for rank, c in ranks.items():
-        first = np.array([start.get(int(g), 0) for g in c["group"]], dtype=np.int64) if len(c["group"]) else c["seq"]
-        keep = c["seq"] >= first
+        keep = (c["seq"] >= lut[c["group"]]) | (c["peer_local"] >= 0)
         dropped += int((~keep).sum())
         for k, v in c.items():
             c[k] = v[keep]
