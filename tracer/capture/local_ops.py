@@ -81,8 +81,9 @@ def _describe(name: str, a: dict, result) -> Call:
         elif op == "barrier":
             pass
         else:
-            ins = a.get("input_tensors", a.get("input_tensor", a.get("inputs")))
-            outs = a.get("output_tensors", a.get("output_tensor", a.get("outputs")))
+            ins = next(a[k] for k in ("input_tensors", "input_tensor", "inputs", "input_list", "input") if k in a)
+            outs = next(a[k] for k in ("output_tensors", "output_tensor", "outputs", "output_lists", "output")
+                        if k in a)
             call.inputs, call.outputs = _flat(ins), _flat(outs)
         if "reduce_op" in a:
             call.reduce_op = reduce_name(a["reduce_op"])
@@ -123,6 +124,7 @@ def install(p: Patcher, rec: Recorder) -> None:
     # Functional collectives are waited on through another LocalTensor over the same storage,
     # so pending waits are keyed by the storage of the output's first shard.
     waits: dict[int, dict[int, int]] = {}
+    live: set = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace not in _NAMESPACES or rec.busy:
@@ -139,22 +141,76 @@ def install(p: Patcher, rec: Recorder) -> None:
             return orig(self, func, types, args, kwargs)
         if name not in _C10D and name not in _FUNCTIONAL:
             return orig(self, func, types, args, kwargs)
+        a = _arguments(func, args, kwargs)
         rec.busy = True
         try:
-            result = orig(self, func, types, args, kwargs)
+            if name in _MISSING:  # collectives LocalTensorMode (torch 2.13) does not implement
+                result = _MISSING[name](a)
+            elif name == "c10d::scatter_" and not any(a["input_tensors"]):
+                # rank 0's Python passed no scatter list (it is not the root): nothing to compute
+                result = a["output_tensors"], dist.Work.boxed(local_c10d.FakeWork())
+            else:
+                result = orig(self, func, types, args, kwargs)
         finally:
             rec.busy = False
-        call = _describe(name, _arguments(func, args, kwargs), result)
+        call = _describe(name, a, result)
         indices = rec.record(call)
         if name in _C10D:
             if call.async_op and isinstance(result, tuple) and len(result) == 2:
-                return result[0], dist.Work.boxed(RecordingWork(rec, indices, True))
+                # the Python half of a boxed Work dies with its last Python reference, and a wait
+                # on it then hangs: keep it alive until it is waited on
+                work = RecordingWork(rec, indices, True, keep=live)
+                return result[0], dist.Work.boxed(work)
             return result
         for t in _flat(result):
             waits[_storage_key(t)] = indices
         return result
 
     p.set(LocalTensorMode, "__torch_dispatch__", __torch_dispatch__)
+
+
+def _local_groups(pg) -> list[list[int]]:
+    ranks, offsets, _ = local_c10d._prepare_collective_groups(pg)
+    return [[o + r for r in ranks] for o in offsets]
+
+
+@torch.no_grad()
+def _reduce_scatter_list(a: dict):
+    """c10d.reduce_scatter_: rank i of each group gets the reduction of every member's i-th input."""
+    outs, ins = a["output_tensors"], a["input_tensors"]
+    op = a["reduce_op"].op()
+    for group in _local_groups(_pg(a["process_group"])):
+        for i, r in enumerate(group):
+            parts = [ins[0][i]._local_tensors[m] for m in group]
+            outs[0]._local_tensors[r].copy_(local_c10d._local_reduce(op, parts))
+    return outs, dist.Work.boxed(local_c10d.FakeWork())
+
+
+@torch.no_grad()
+def _reduce(a: dict):
+    """c10d.reduce_: the root of each group gets the reduction; the others keep their input."""
+    tensors = a["tensors"]
+    op, root = a["reduce_op"].op(), int(a["root_rank"])
+    for group in _local_groups(_pg(a["process_group"])):
+        reduced = local_c10d._local_reduce(op, [tensors[0]._local_tensors[m] for m in group])
+        tensors[0]._local_tensors[group[root]].copy_(reduced)
+    return dist.Work.boxed(local_c10d.FakeWork())
+
+
+@torch.no_grad()
+def _gather(a: dict):
+    """c10d.gather_: the root of each group gets every member's input (LocalTensor refuses it as
+    MPMD; in a lockstep simulation every rank can still hold the gather list)."""
+    outs, ins = a["output_tensors"], a["input_tensors"]
+    root = int(a["root_rank"])
+    if outs and outs[0]:
+        for group in _local_groups(_pg(a["process_group"])):
+            for i, m in enumerate(group):
+                outs[0][i]._local_tensors[group[root]].copy_(ins[0]._local_tensors[m])
+    return dist.Work.boxed(local_c10d.FakeWork())
+
+
+_MISSING = {"c10d::reduce_scatter_": _reduce_scatter_list, "c10d::reduce_": _reduce, "c10d::gather_": _gather}
 
 
 def _storage_key(t) -> int:

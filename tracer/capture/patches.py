@@ -88,7 +88,11 @@ def _install_init(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> N
             raise RecordError(f"the program calls init_process_group(world_size={size}) "
                               f"but the recording simulates {world_size} ranks (--world-size)")
         keep = {k: asked[k] for k in ("timeout", "group_name") if k in asked}
-        orig(backend=rpg.BACKEND, store=dist.HashStore(), rank=rank, world_size=world_size, **keep)
+        # fake mode: the recording backend. local mode: torch's own fake backend, because
+        # LocalTensorMode only computes collectives that reach the dispatcher, and the c10d API
+        # calls a Python process group's methods directly, around it; capture is in local_ops
+        backend = rpg.BACKEND if rec.mode == "fake" else "fake"
+        orig(backend=backend, store=dist.HashStore(), rank=rank, world_size=world_size, **keep)
         pg = c10d._get_default_group()
         g = GroupRef(str(pg.group_name), tuple(range(world_size)), "default_pg")
         rec.note_group("init_process_group", g, {"api": "init_process_group"})

@@ -31,6 +31,11 @@ def reduce_name(op) -> str:
     if isinstance(op, str):
         return op.lower()
     inner = getattr(op, "op", op)
+    if isinstance(op, torch._C.ScriptObject):  # a boxed ReduceOp reached through the dispatcher
+        inner = op.op()
+        if isinstance(inner, int):
+            inner = {int(v): k for k, v in dist.ReduceOp.RedOpType.__members__.items()}.get(inner, inner)
+            return str(inner).lower()
     name = getattr(inner, "name", None) or str(inner).rsplit(".", 1)[-1]
     return name.lower()
 
@@ -38,15 +43,20 @@ def reduce_name(op) -> str:
 class RecordingWork(dist.Work):
     """A completed Work that records the wait of an async op (once)."""
 
-    def __init__(self, recorder: Recorder, indices: dict[int, int], async_op: bool):
+    def __init__(self, recorder: Recorder, indices: dict[int, int], async_op: bool, keep: set | None = None):
         super().__init__()
         self._recorder = recorder
         self._indices = indices if async_op else {}
+        self._keep = keep
+        if keep is not None:
+            keep.add(self)
 
     def wait(self, timeout=None) -> bool:
         if self._indices:
             self._recorder.waited(self._indices)
             self._indices = {}
+        if self._keep is not None:
+            self._keep.discard(self)
         return True
 
     def is_completed(self) -> bool:
@@ -83,7 +93,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def _go(self, call: Call) -> RecordingWork:
         rec = RecordingProcessGroup.recorder
         indices = rec.record(call) if rec is not None and not rec.busy else {}
-        _mirror(call, self.rank(), self.size())
+        if rec is None or (rec.mode == "fake" and not rec.busy):
+            # LocalTensorMode computes real results itself; only fake mode fills outputs
+            _mirror(call, self.rank(), self.size())
         return RecordingWork(rec, indices, call.async_op)
 
     # --- collectives (argument layouts as torch's PyProcessGroup trampoline passes them) ---
