@@ -39,6 +39,29 @@ def recorded(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def workload(tmp_path_factory):
+    """workload(name, mode="fake") -> (loaded trace, RecordResult) of examples/<name>.toml (cached)."""
+    from analyzer.load import load
+    from tracer import config
+    from tracer.record import record
+
+    cache: dict = {}
+    root = tmp_path_factory.mktemp("workload")
+
+    def get(name: str, mode: str = "fake"):
+        if (name, mode) not in cache:
+            cfg = config.load(os.path.join(REPO, "examples", name + ".toml"))
+            out = str(root / f"{name}-{mode}.trace")
+            res = record(config.program(cfg), world_size=cfg.world_size, out=out, mode=mode,
+                         config=cfg.to_dict(), progress=False)
+            assert res.errors == {}, res.errors
+            cache[name, mode] = (load(out), res)
+        return cache[name, mode]
+
+    return get
+
+
 def stream(trace, rank: int, ops=None) -> list[dict]:
     """Rank's events in program order with atoms decoded and group as (label, ranks)."""
     ev = (trace.events.filter(pl.col("rank") == rank).sort("idx")

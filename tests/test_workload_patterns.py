@@ -17,29 +17,7 @@ from conftest import REPO, sig, stream
 AG, RS, AR, A2A = "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single"
 COMM = (AG, RS, AR, A2A)
 P2P = ("send", "recv")
-EXAMPLES = os.path.join(REPO, "examples")
-
-
-@pytest.fixture(scope="session")
-def workload(tmp_path_factory):
-    """workload(name, mode="fake") -> (loaded trace, RecordResult) of examples/<name>.toml (cached)."""
-    from tracer import config
-    from tracer.record import record
-
-    cache: dict = {}
-    root = tmp_path_factory.mktemp("workload")
-
-    def get(name: str, mode: str = "fake"):
-        if (name, mode) not in cache:
-            cfg = config.load(os.path.join(EXAMPLES, name + ".toml"))
-            out = str(root / f"{name}-{mode}.trace")
-            res = record(config.program(cfg), world_size=cfg.world_size, out=out, mode=mode,
-                         config=cfg.to_dict(), progress=False)
-            assert res.errors == {}, res.errors
-            cache[name, mode] = (load(out), res)
-        return cache[name, mode]
-
-    return get
+EXAMPLES = os.path.join(REPO, "examples")  # the `workload` fixture is in conftest.py
 
 
 def comm(t, rank, ops=COMM):
