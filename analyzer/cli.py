@@ -101,6 +101,29 @@ def hang(trace: str = typer.Argument(..., help="A trace (dry run or killed run) 
     raise typer.Exit(1 if report.hung or report.findings else 0)
 
 
+@app.command()
+def diff(a: str = typer.Argument(..., help="Trace A (e.g. the golden or the old config)."),
+         b: str = typer.Argument(..., help="Trace B."),
+         json_out: bool = typer.Option(False, "--json", help="Print the divergences and volume table as JSON.")) -> None:
+    """How the comm pattern moved from A to B: first divergence per rank class, inserted /
+    removed / changed runs, and volume per mesh dim x op x phase. Exit 0 equal, 1 different."""
+    from analyzer.diff import diff_traces
+
+    ta, tb = _load(a), _load(b)
+    d = diff_traces(ta, tb)
+    if json_out:
+        from analyzer.render import json as render_json
+
+        render_json.diff(ta, tb, d)
+    else:
+        from rich.console import Console
+
+        from analyzer.render import console
+
+        console.diff(Console(), ta, tb, d)
+    raise typer.Exit(0 if d.equal else 1)
+
+
 def main() -> None:
     try:
         app()

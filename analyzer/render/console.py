@@ -98,3 +98,63 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
     console.print(t)
     if len(frontier) > 40:
         console.print(f"... and {len(frontier) - 40} more stuck ops (see --json)")
+
+
+def diff(console: Console, a: Trace, b: Trace, d) -> None:
+    from analyzer.findings import ranks_text
+
+    console.print(f"[bold]A[/] world size {d.world_size_a} · {a.events.height} events   "
+                  f"[bold]B[/] world size {d.world_size_b} · {b.events.height} events")
+    if d.equal:
+        console.print("[bold green]✓ same comm pattern[/] on every rank (normalized: timestamps, group names, "
+                      "paths ignored)")
+    elif not d.streams_compared:
+        console.print("[yellow]world sizes differ:[/] per-rank streams not aligned; compare the volume table")
+    for r in d.only_a or ():
+        console.print(f"[red]rank {r}[/] has a stream in A only")
+    for r in d.only_b or ():
+        console.print(f"[red]rank {r}[/] has a stream in B only")
+    for i, div in enumerate(d.divergences, 1):
+        console.print(f"[bold red]✗ rank class {i}: ranks {ranks_text(div.ranks)}[/] · first divergence at "
+                      f"position A {div.position_a} / B {div.position_b} (event idx A {_dash(div.idx_a)} / "
+                      f"B {_dash(div.idx_b)}) · {div.n_runs} run{'s' if div.n_runs != 1 else ''} · "
+                      f"{div.length_a} → {div.length_b} events")
+        for sig in div.context:
+            console.print(f"    [dim]  {sig}[/]")
+        for side, ev in (("A", div.event_a), ("B", div.event_b)):
+            if ev is None:
+                console.print(f"  {side} [dim](end of stream)[/]")
+            else:
+                console.print(f"  {side} {ev['sig']}  [dim]module {ev['module'] or '-'} · {ev['phase']} · "
+                              f"step {ev['step']} · {ev['frame'] or '-'}[/]")
+        t = Table(show_lines=False)
+        for col in ("run", "A pos", "B pos", "what", "where"):
+            t.add_column(col)
+        for run in div.runs:
+            sigs = run.b_sigs if run.kind == "inserted" else run.a_sigs
+            what = "\n".join(sigs) if run.kind != "changed" else "\n".join(
+                [f"- {s}" for s in run.a_sigs] + [f"+ {s}" for s in run.b_sigs])
+            w = run.where
+            t.add_row(run.kind, f"{run.a_start}..{run.a_stop}", f"{run.b_start}..{run.b_stop}", what,
+                      f"{w['module'] or '-'} · {w['phase']} · step {w['step']} · {w['frame'] or '-'}")
+        console.print(t)
+        if div.n_runs > len(div.runs):
+            console.print(f"... and {div.n_runs - len(div.runs)} more runs (see --json)")
+    volume_table(console, d.volume)
+
+
+def volume_table(console: Console, volume) -> None:
+    t = Table(title="collectives per mesh dim × op × phase (all ranks; Δ = B − A)", title_justify="left")
+    for col, right in (("dim", False), ("op", False), ("phase", False), ("calls A", True), ("calls B", True),
+                       ("Δ calls", True), ("bytes A", True), ("bytes B", True), ("Δ bytes", True)):
+        t.add_column(col, justify="right" if right else "left")
+    for r in volume.iter_rows(named=True):
+        style = "red" if r["calls_delta"] or r["bytes_delta"] else None
+        t.add_row(r["dim"], r["op"], r["phase"], str(r["calls_a"]), str(r["calls_b"]), f"{r['calls_delta']:+d}",
+                  human_bytes(r["bytes_a"]), human_bytes(r["bytes_b"]),
+                  ("+" if r["bytes_delta"] > 0 else "") + human_bytes(r["bytes_delta"]), style=style)
+    console.print(t)
+
+
+def _dash(v) -> str:
+    return "-" if v is None else str(v)

@@ -41,3 +41,21 @@ def hang(trace: Trace, report, frontier: list[dict]) -> None:
            "wait_for": sorted([list(e) for e in report.graph.edges]), "trace": trace_info(trace)}
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
+
+
+def diff_object(d) -> dict:
+    """The diff as one JSON-able object: each divergence with `rank` (first of its class) and
+    `ranks`, and the volume table rows."""
+    from dataclasses import asdict
+
+    divergences = [dict(asdict(div), rank=div.ranks[0]) for div in d.divergences]
+    return {"equal": d.equal, "world_size_a": d.world_size_a, "world_size_b": d.world_size_b,
+            "streams_compared": d.streams_compared, "only_a": d.only_a, "only_b": d.only_b,
+            "divergences": divergences, "volume": d.volume.to_dicts()}
+
+
+def diff(a: Trace, b: Trace, d) -> None:
+    out = diff_object(d)
+    out["trace_a"], out["trace_b"] = trace_info(a), trace_info(b)
+    json.dump(out, sys.stdout, indent=1)
+    sys.stdout.write("\n")

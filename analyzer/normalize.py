@@ -1,0 +1,132 @@
+"""Normalize a trace into what is comparable across runs: one signature string per event.
+
+Two recordings of the same program differ in timestamps, in torch's process-group names
+(creation ids), in gids (merge order) and in where the checkout lives. None of that is the
+comm pattern. Here, per event that communicates or builds groups:
+
+- group -> `gkey`: the mesh dim label and size ("dp_shard/4"), or, for groups without a mesh
+  dim, the member coordinates relative to the group's first member ("group/+0+2+4"), so
+  sibling groups [0,2,4] and [1,3,5] read the same and torch's group names never appear;
+  a default group that a 1-D mesh reuses takes that mesh dim's name ("world" -> "dp_shard");
+- root (broadcast, reduce, gather, scatter) -> its index within the group; p2p peer -> its
+  offset from this rank within the group (a pipeline "send to next stage" is +1 on every rank);
+- signature = op, gkey, dtype, input/output shapes, reduce op, root / peer offset, tag, splits;
+  group creation and mesh ops: op, gkey and the mesh shape/dims (not absolute ranks);
+- timestamps, gids, seq, async flags, waits and redistribute markers are left out; module,
+  phase, step and frame travel alongside as context (frame reduced to `file:line in fn`, so
+  checkouts in different folders compare equal).
+
+Columnar: atom ids become strings through one gather per column over a per-atom lookup;
+groups become keys once per group, not per event.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+
+from analyzer.load import Trace
+from tracer.format import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
+
+COMM_OPS = COLLECTIVE_OPS | P2P_OPS
+STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}
+"""What a rank's comparable stream holds (waits and redistribute markers are implied by these)."""
+ROOTED_OPS = ("broadcast", "reduce", "gather", "scatter")
+MESH_LABELS = ("world",)
+"""Labels of groups that a 1-D DeviceMesh may reuse (torch hands back the default group)."""
+
+
+def group_keys(trace: Trace) -> pl.DataFrame:
+    """gid -> dim (mesh dim label, or "group" for groups without one) and gkey (dim + size, or
+    member offsets for groups without a mesh dim)."""
+    relabel = _one_dim_meshes(trace)
+    rows = []
+    for g in trace.groups.iter_rows(named=True):
+        ranks = list(g["ranks"])
+        label = g["label"] or ""
+        if label in MESH_LABELS and tuple(sorted(ranks)) in relabel:
+            label = relabel[tuple(sorted(ranks))]
+        if label.startswith("group "):  # torch's creation-order name: not comparable across runs
+            dim = "group"
+            key = "group/" + "".join(f"+{r - ranks[0]}" if r >= ranks[0] else str(r - ranks[0]) for r in ranks)
+        else:
+            dim, key = label, f"{label}/{len(ranks)}"
+        rows.append((g["gid"], dim, key))
+    return pl.DataFrame(rows, schema={"gid": pl.Int32, "dim": pl.String, "gkey": pl.String}, orient="row")
+
+
+def _one_dim_meshes(trace: Trace) -> dict[tuple, str]:
+    """Members -> dim name of every 1-D (sub)mesh the trace saw (from the mesh events' info)."""
+    ids = trace.events.filter(pl.col("op") == "mesh")["info"].unique().to_list()
+    out = {}
+    for aid in ids:
+        info = trace.atom(aid)
+        if isinstance(info, dict) and len(info.get("dims") or []) == 1 and info.get("ranks"):
+            out.setdefault(tuple(sorted(_flat(info["ranks"]))), str(info["dims"][0]))
+    return out
+
+
+def _flat(x) -> list:
+    return [y for v in x for y in _flat(v)] if isinstance(x, list) else [x]
+
+
+def _atom_text(trace: Trace, column: str) -> pl.Expr:
+    """Atom ids of `column` as compact text (one lookup string per atom, one gather)."""
+    def text(a):
+        if column == "info" and isinstance(a, dict):  # mesh: shape and dims, not absolute ranks
+            a = {k: a[k] for k in ("how", "shape", "dims", "api") if k in a}
+        return json.dumps(a, separators=(",", ":"), sort_keys=True).replace(" ", "")
+
+    lookup = pl.Series([text(a) for a in trace.atoms] + [""], dtype=pl.String)
+    ids = trace.events[column].to_numpy()
+    return pl.lit(lookup.gather(np.where(ids < 0, len(trace.atoms), ids))).alias(column + "_text")
+
+
+def _members(trace: Trace) -> pl.DataFrame:
+    """(gid, member rank, index within the group): one row per membership."""
+    return (trace.groups.select("gid", "ranks", "size")
+            .with_columns(pos=pl.int_ranges(0, pl.col("size"), dtype=pl.Int32))
+            .explode("ranks", "pos").rename({"ranks": "member"}).select("gid", "member", "pos", "size"))
+
+
+def normalize(trace: Trace) -> pl.DataFrame:
+    """One row per comparable event, in program order per rank: rank, pos (position in the
+    rank's comparable stream), idx (position in the trace), sig, op, dim, gkey, bytes,
+    module, phase, step, frame."""
+    ev = trace.events.with_columns(_atom_text(trace, c) for c in ("in_shapes", "out_shapes", "splits", "info"))
+    ev = ev.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(sorted(STREAM_OPS)))
+    members = _members(trace)
+    ev = (ev.join(group_keys(trace), left_on="group", right_on="gid", how="left")
+          .join(members.select("gid", "member", self_pos="pos", gsize="size"),
+                left_on=["group", "rank"], right_on=["gid", "member"], how="left")
+          .join(members.select("gid", "member", peer_pos="pos"),
+                left_on=["group", "peer"], right_on=["gid", "member"], how="left"))
+    is_p2p = pl.col("op").is_in(sorted(P2P_OPS))
+    where = (pl.when(is_p2p).then(pl.format("peer=+{}", (pl.col("peer_pos") - pl.col("self_pos")) % pl.col("gsize")))
+             .when(pl.col("op").is_in(ROOTED_OPS)).then(pl.format("root={}", pl.col("peer_pos")))
+             .otherwise(pl.lit("")))
+    comm = pl.col("op").is_in(sorted(COMM_OPS))
+    sig = pl.concat_str(
+        [pl.col("op"), pl.col("gkey").fill_null("-"),
+         pl.when(comm).then(pl.concat_str(
+             [pl.col("dtype").cast(pl.String).fill_null(""), pl.lit("in=") + pl.col("in_shapes_text"),
+              pl.lit("out=") + pl.col("out_shapes_text"), pl.col("reduce_op").cast(pl.String).fill_null(""),
+              where.fill_null("peer=?"),
+              pl.when(is_p2p).then(pl.format("tag={}", "tag")).otherwise(pl.lit("")),
+              pl.col("splits_text")], separator=" ")).otherwise(pl.col("info_text"))],
+        separator=" ").str.replace_all(r" +", " ").str.strip_chars()
+    return (ev.sort("rank", "idx")
+            .select("rank", pos=pl.int_range(pl.len(), dtype=pl.Int32).over("rank"), idx="idx", sig=sig, op="op",
+                    dim=pl.col("dim").fill_null("-"), gkey=pl.col("gkey").fill_null("-"),
+                    bytes=pl.max_horizontal("in_bytes", "out_bytes"),
+                    module=pl.col("module").cast(pl.String).fill_null(""),
+                    phase=pl.col("phase").cast(pl.String).fill_null(""), step="step",
+                    frame=pl.col("frame").cast(pl.String).fill_null("").str.replace(r"^.*[/\\]", "")))
+
+
+def rank_streams(norm: pl.DataFrame) -> pl.DataFrame:
+    """rank -> h (a hash of its whole signature stream) and n (its length): ranks with equal
+    hashes have equal streams, so classes form with one group-by."""
+    return norm.group_by("rank").agg(h=pl.col("sig").sort_by("pos").str.join("\n").hash(), n=pl.len())
