@@ -124,6 +124,65 @@ def diff(a: str = typer.Argument(..., help="Trace A (e.g. the golden or the old 
     raise typer.Exit(0 if d.equal else 1)
 
 
+golden_app = typer.Typer(no_args_is_help=True, help="Golden comm patterns of the examples: check or update traces/.")
+app.add_typer(golden_app, name="golden")
+
+
+def _golden(update: bool, examples: str, traces_dir: str, given: list[str] | None) -> None:
+    import os
+    import tempfile
+
+    from analyzer.golden import run
+
+    if not os.path.isdir(examples):
+        _fail(f"{examples}: no such folder (give --examples DIR)")
+    named = {os.path.splitext(os.path.basename(p))[0]: p for p in given} if given else None
+    for p in given or ():
+        if not os.path.exists(p):
+            _fail(f"{p}: no such file")
+    with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
+        results = run(examples, traces_dir, work, update=update, given=named)
+    from rich.console import Console
+
+    from analyzer.load import load
+    from analyzer.render import console as render_console
+
+    out = Console()
+    for r in results:
+        colour = {"same": "green", "written": "green", "changed": "red", "new": "red", "error": "red"}[r.status]
+        hint = {"new": " (no golden yet: run `analyzer golden update`)", "error": f": {r.error}"}.get(r.status, "")
+        out.print(f"[{colour}]{r.status:8s}[/] {r.name} ({r.golden}){hint}")
+        if r.status == "changed":
+            render_console.diff(out, load(r.golden), load(r.golden), r.diff)
+    if not results:
+        _fail("no examples matched")
+    if any(r.status == "error" for r in results):
+        raise typer.Exit(2)
+    changed = [r.name for r in results if r.status in ("changed", "new")]
+    if changed:
+        out.print(f"[bold red]✗ {len(changed)} comm pattern(s) differ from their goldens[/]: {', '.join(changed)}; "
+                  "if intended, run `analyzer golden update` and commit traces/")
+    raise typer.Exit(1 if changed else 0)
+
+
+@golden_app.command("check")
+def golden_check(given: list[str] = typer.Argument(None, help="Traces to check (matched to goldens by file "
+                                                              "name); default: re-record every example."),
+                 examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
+                 traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
+    """Re-record each example (needs torch) and diff it against traces/<name>.trace.
+    Exit 0 all equal, 1 any change (the diff is printed), 2 bad input or a failed recording."""
+    _golden(False, examples, traces_dir, given)
+
+
+@golden_app.command("update")
+def golden_update(given: list[str] = typer.Argument(None, help="Traces to adopt as goldens (by file name)."),
+                  examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
+                  traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
+    """Re-record each example and rewrite its golden (canonical: ts 0, repo-relative paths)."""
+    _golden(True, examples, traces_dir, given)
+
+
 def main() -> None:
     try:
         app()
