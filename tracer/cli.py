@@ -141,6 +141,65 @@ def merge(parts: str = typer.Argument(..., help="Folder of rank_*.part files (OU
     typer.echo(f"merged {len(files)} parts ({len(summary.header['ranks'])} ranks) -> {out}", err=True)
 
 
+@app.command()
+def replay(
+    trace: str = typer.Argument(..., help="A recorded .trace to play back."),
+    backend: str = typer.Option("gloo", "--backend", help="Real backend to replay on (gloo: CPU)."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds before the replay counts as hung and is killed."),
+    steps: int = typer.Option(None, "--steps", help="Replay only events of the first K optimizer steps."),
+    out: str = typer.Option(None, "--out", "-o", help="Where the replay's own trace goes (default: TRACE.replay.trace)."),
+    prefix: bool = typer.Option(False, "--prefix", help="Replay a partial trace (missing ranks, truncated "
+                                                      "streams) up to its common prefix."),
+) -> None:
+    """Re-issue a recorded comm pattern on a real backend, no model. Exit 0 completed (prints time
+    and bandwidth per op and group), 1 hung or failed (prints the hang analysis), 2 bad input."""
+    from tracer import format as fmt
+    from tracer.replay import ReplayError, replay as run_replay
+
+    out = out or os.path.splitext(trace)[0] + ".replay.trace"
+    try:
+        result = run_replay(trace, out=out, timeout=timeout, steps=steps, prefix=prefix, backend=backend)
+    except (ReplayError, fmt.TraceFormatError) as e:
+        _fail(str(e))
+    from rich.console import Console
+
+    console = Console()
+    if result.hung or result.errors:
+        from analyzer.hang import analyze, frontier_rows
+        from analyzer.load import load
+        from analyzer.render import console as render
+
+        what = f"hung: killed after {timeout:g} s" if result.hung else "failed"
+        typer.echo(f"replay {what} -> {out}", err=True)
+        for line in list(result.errors.values())[:4]:
+            typer.echo(f"  {line}", err=True)
+        t = load(out)
+        report = analyze(t)
+        render.hang(console, t, report, frontier_rows(t, report))
+        raise typer.Exit(1)
+    _replay_table(console, result)
+
+
+def _replay_table(console, result) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"replay on gloo: {result.seconds:.1f} s -> {result.out}")
+    for col in ("op", "group", "calls", "time (s)", "bytes", "algbw"):
+        table.add_column(col, justify="left" if col in ("op", "group") else "right")
+    for s in result.stats:
+        table.add_row(s["op"], s["group"], str(s["calls"]), f"{s['seconds']:.4f}", f"{s['bytes']:,}",
+                      _rate(s["algbw"]))
+    console.print(table)
+
+
+def _rate(bps: float) -> str:
+    for unit in ("B/s", "KB/s", "MB/s", "GB/s"):
+        if bps < 1000 or unit == "GB/s":
+            return f"{bps:.1f} {unit}"
+        bps /= 1000
+    return ""
+
+
 def main() -> None:
     try:
         app()
