@@ -153,7 +153,7 @@ def _golden(update: bool, examples: str, traces_dir: str, given: list[str] | Non
         hint = {"new": " (no golden yet: run `analyzer golden update`)", "error": f": {r.error}"}.get(r.status, "")
         out.print(f"[{colour}]{r.status:8s}[/] {r.name} ({r.golden}){hint}")
         if r.status == "changed":
-            render_console.diff(out, load(r.golden), load(r.golden), r.diff)
+            render_console.diff(out, load(r.golden), load(r.trace), r.diff)
     if not results:
         _fail("no examples matched")
     if any(r.status == "error" for r in results):

@@ -34,6 +34,8 @@ class GoldenResult:
     diff: object = None
     """analyzer.diff.Diff when the status is changed."""
     error: str = ""
+    trace: str = ""
+    """Path of the trace compared with the golden."""
 
 
 def examples(examples_dir: str) -> list[tuple[str, str]]:
@@ -130,7 +132,7 @@ def compare(trace_path: str, golden_path: str) -> GoldenResult:
         d = diff_traces(load(golden_path), load(trace_path))
     except LoadError as e:
         return GoldenResult(name, golden_path, "error", error=str(e))
-    return GoldenResult(name, golden_path, "same" if d.equal else "changed", diff=d)
+    return GoldenResult(name, golden_path, "same" if d.equal else "changed", diff=d, trace=trace_path)
 
 
 def run(examples_dir: str, traces_dir: str, work_dir: str, update: bool = False,

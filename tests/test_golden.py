@@ -1,0 +1,74 @@
+"""CI guard for the comm patterns of the shipped examples: each one, recorded now, must diff
+clean against its golden in traces/. On a change the failure message is the diff; if the
+change is intended, run `analyzer golden update` and commit traces/."""
+
+import io
+import os
+import subprocess
+
+import pytest
+from rich.console import Console
+
+from analyzer.diff import diff_traces
+from analyzer.golden import examples, record_example, write_golden
+from analyzer.load import load
+from conftest import BIN, REPO
+
+EXAMPLES = os.path.join(REPO, "examples")
+TRACES = os.path.join(REPO, "traces")
+ALL = examples(EXAMPLES)
+
+
+def test_every_example_has_a_golden():
+    goldens = {os.path.splitext(f)[0] for f in os.listdir(TRACES) if f.endswith(".trace")}
+    assert goldens == {name for name, _ in ALL}
+
+
+def _diff_text(golden, trace, d) -> str:
+    from analyzer.render import console
+
+    buf = io.StringIO()
+    console.diff(Console(file=buf, width=160, no_color=True), golden, trace, d)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name,path", ALL, ids=[n for n, _ in ALL])
+def test_example_matches_its_golden(name, path, workload, tmp_path):
+    if path.endswith(".toml"):
+        trace, _ = workload(name)  # shared with the workload tests: recorded once per session
+    else:
+        out = str(tmp_path / f"{name}.trace")
+        record_example(path, out, REPO)
+        trace = load(out)
+    golden = load(os.path.join(TRACES, name + ".trace"))
+    d = diff_traces(golden, trace)
+    assert d.equal, (f"comm pattern of examples/{os.path.basename(path)} changed against traces/{name}.trace "
+                     f"(if intended: analyzer golden update):\n" + _diff_text(golden, trace, d))
+
+
+def test_goldens_are_canonical_and_portable(tmp_path):
+    # re-recording writes the same bytes: no timestamps, creation time or absolute paths
+    out = str(tmp_path / "fsdp.trace")
+    record_example(os.path.join(EXAMPLES, "fsdp.toml"), out, REPO)
+    write_golden(out, str(tmp_path / "golden.trace"), REPO)
+    assert (tmp_path / "golden.trace").read_bytes() == open(os.path.join(TRACES, "fsdp.trace"), "rb").read()
+    for name, _ in ALL:
+        data = open(os.path.join(TRACES, name + ".trace"), "rb").read()
+        assert REPO.encode() not in data and b"/home/" not in data
+        t = load(os.path.join(TRACES, name + ".trace"))
+        assert (t.events["ts"] == 0).all() and t.header["created"] == ""
+
+
+def test_golden_cli_check_given_trace(tmp_path):
+    # a changed comm pattern, given as a trace named like a golden: exit 1 and the diff printed
+    analyzer = os.path.join(BIN, "analyzer")
+    ok = subprocess.run([analyzer, "golden", "check", os.path.join(TRACES, "fsdp.trace")],
+                        capture_output=True, text=True, cwd=REPO)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    swapped = tmp_path / "fsdp.trace"
+    swapped.write_bytes(open(os.path.join(TRACES, "fsdp_tp.trace"), "rb").read())
+    bad = subprocess.run([analyzer, "golden", "check", str(swapped)], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 1 and "changed" in bad.stdout and "golden update" in bad.stdout
+    missing = subprocess.run([analyzer, "golden", "check", "--examples", str(tmp_path / "none")],
+                             capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and missing.stderr.startswith("error:")
