@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine:
-#   make demo   record an example job, check it, print what it communicates
+#   make demo   record an example job, check it, diff it against its golden, summarize it
 #   make test   run the test suite
 # Each creates .venv and installs torch==2.13.0 (CPU wheel) first when needed: an unpinned
 # torch can pull a multi-GB CUDA build.
@@ -22,6 +22,7 @@ demo: $(STAMP)
 	mkdir -p out
 	$(BIN)/tracer record examples/hsdp_tp.toml -o out/demo.trace
 	$(BIN)/analyzer check out/demo.trace
+	$(BIN)/analyzer diff out/demo.trace traces/hsdp_tp.trace
 	$(BIN)/analyzer summary out/demo.trace
 
 test: $(STAMP)
