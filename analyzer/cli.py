@@ -20,6 +20,20 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def _render(json_out: bool, name: str, *args) -> None:
+    """One renderer module per output format; both have a function per command."""
+    if json_out:
+        from analyzer.render import json as render_json
+
+        getattr(render_json, name)(*args)
+    else:
+        from rich.console import Console
+
+        from analyzer.render import console
+
+        getattr(console, name)(Console(), *args)
+
+
 def _load(path: str):
     from analyzer.load import LoadError, load
 
@@ -37,16 +51,7 @@ def summary(trace: str = typer.Argument(..., help="A .trace file or a folder of 
 
     t = _load(trace)
     s = summarize(t)
-    if json_out:
-        from analyzer.render import json as render_json
-
-        render_json.summary(t, s)
-    else:
-        from rich.console import Console
-
-        from analyzer.render import console
-
-        console.summary(Console(), t, s)
+    _render(json_out, "summary", t, s)
 
 
 @app.command()
@@ -58,16 +63,7 @@ def check(trace: str = typer.Argument(..., help="A .trace file or a folder of pe
 
     t = _load(trace)
     found = run_checks(t)
-    if json_out:
-        from analyzer.render import json as render_json
-
-        render_json.findings(t, found)
-    else:
-        from rich.console import Console
-
-        from analyzer.render import console
-
-        console.findings(Console(), t, found)
+    _render(json_out, "findings", t, found)
     raise typer.Exit(1 if found else 0)
 
 
@@ -88,16 +84,7 @@ def hang(trace: str = typer.Argument(..., help="A trace (dry run or killed run) 
     if dot:
         with open(dot, "w") as f:
             f.write(report.dot)
-    if json_out:
-        from analyzer.render import json as render_json
-
-        render_json.hang(t, report, frontier_rows(t, report))
-    else:
-        from rich.console import Console
-
-        from analyzer.render import console
-
-        console.hang(Console(), t, report, frontier_rows(t, report))
+    _render(json_out, "hang", t, report, frontier_rows(t, report))
     raise typer.Exit(1 if report.hung or report.findings else 0)
 
 
@@ -111,16 +98,7 @@ def diff(a: str = typer.Argument(..., help="Trace A (e.g. the golden or the old 
 
     ta, tb = _load(a), _load(b)
     d = diff_traces(ta, tb)
-    if json_out:
-        from analyzer.render import json as render_json
-
-        render_json.diff(ta, tb, d)
-    else:
-        from rich.console import Console
-
-        from analyzer.render import console
-
-        console.diff(Console(), ta, tb, d)
+    _render(json_out, "diff", ta, tb, d)
     raise typer.Exit(0 if d.equal else 1)
 
 
