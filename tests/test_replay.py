@@ -56,8 +56,8 @@ def test_healthy_recording_replays_on_gloo(recorded, tmp_path, name, world):
     src = load(path)
     comm = sorted(fmt.COLLECTIVE_OPS | fmt.P2P_OPS)
     for r in range(world):
-        ops = [t_.events.filter((t_.events["rank"] == r) & t_.events["op"].cast(str).is_in(comm))["op"].cast(str).to_list()
-               for t_ in (src, t)]
+        ops = [x.events.filter((x.events["rank"] == r) & x.events["op"].cast(str).is_in(comm))["op"].cast(str).to_list()
+               for x in (src, t)]
         assert ops[0] == ops[1]
     assert sum(s["calls"] for s in res.stats) > 0
 

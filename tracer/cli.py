@@ -147,7 +147,7 @@ def replay(
     backend: str = typer.Option("gloo", "--backend", help="Real backend to replay on (gloo: CPU)."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before the replay counts as hung and is killed."),
     steps: int = typer.Option(None, "--steps", help="Replay only events of the first K optimizer steps."),
-    out: str = typer.Option(None, "--out", "-o", help="Where the replay's own trace goes (default: TRACE.replay.trace)."),
+    out: str = typer.Option(None, "--out", "-o", help="The replay's own trace (default: TRACE.replay.trace)."),
     prefix: bool = typer.Option(False, "--prefix", help="Replay a partial trace (missing ranks, truncated "
                                                       "streams) up to its common prefix."),
 ) -> None:

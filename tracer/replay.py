@@ -156,7 +156,8 @@ def _ranks(ranks: list[int]) -> str:
 
 def _group_label(g: dict) -> str:
     ranks = g.get("ranks", [])
-    span = f"{ranks[0]}-{ranks[-1]}" if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) else ",".join(map(str, ranks))
+    contiguous = ranks and ranks == list(range(ranks[0], ranks[-1] + 1))
+    span = f"{ranks[0]}-{ranks[-1]}" if contiguous else ",".join(map(str, ranks))
     return f"{g.get('desc', '?')} [{span}]"
 
 
@@ -238,7 +239,8 @@ def replay(trace_path: str, *, out: str, timeout: float = 60.0, steps: int | Non
         ready = False
         while any(pr.is_alive() for pr in procs) and time.monotonic() < deadline:
             mp.connection.wait([pr.sentinel for pr in procs if pr.is_alive()], timeout=0.1)
-            if not ready and all(os.path.exists(os.path.join(parts_dir, f"ready_{r:05d}")) for r in range(p.world_size)):
+            if not ready and all(os.path.exists(os.path.join(parts_dir, f"ready_{r:05d}"))
+                                 for r in range(p.world_size)):
                 ready, deadline = True, time.monotonic() + timeout
         hung = any(pr.is_alive() for pr in procs)
     finally:
