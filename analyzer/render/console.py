@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from analyzer.load import Trace
@@ -20,10 +21,10 @@ def human_bytes(n: int) -> str:
 def trace_header(console: Console, trace: Trace) -> None:
     h = trace.header
     program = (h.get("config") or {}).get("program", "?")
-    console.print(f"[bold]{program}[/] · world size {h['world_size']} · mode {h.get('mode')} · "
+    console.print(f"[bold]{escape(str(program))}[/] · world size {h['world_size']} · mode {h.get('mode')} · "
                   f"torch {h.get('torch') or '?'} · {len(trace.ranks)} rank streams · {trace.events.height} events")
     for note in trace.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def summary(console: Console, trace: Trace, s: Summary) -> None:
@@ -61,12 +62,13 @@ def findings(console: Console, trace: Trace, found: list) -> None:
     t.add_column("culprits", style="red")
     t.add_column("what happened", ratio=1)
     for f in found:
-        detail = [f.message]
+        detail = [escape(f.message)]
         if f.expected is not None and f.kind not in ("missing_collective", "group_mismatch"):
-            detail.append(f"[dim]majority:[/] {f.expected}" + (f"  [dim]at {f.frames[-1]}[/]" if -1 in f.frames else ""))
+            detail.append(f"[dim]majority:[/] {escape(str(f.expected))}"
+                          + (f"  [dim]at {escape(f.frames[-1])}[/]" if -1 in f.frames else ""))
         for r in f.culprit_ranks:
             if r in f.frames and f.frames[r] != "-":
-                detail.append(f"[dim]rank {r}:[/] {f.frames[r]}")
+                detail.append(f"[dim]rank {r}:[/] {escape(f.frames[r])}")
         t.add_row(f.kind, group_text(f.group), "-" if f.seq is None else str(f.seq), ranks_text(f.culprit_ranks),
                   "\n".join(detail))
     console.print(t)
@@ -86,7 +88,7 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
     t.add_column("ranks", style="red")
     t.add_column("what happened", ratio=1)
     for f in report.findings:
-        t.add_row(f.kind, ranks_text(f.culprit_ranks), f.message)
+        t.add_row(f.kind, ranks_text(f.culprit_ranks), escape(f.message))
     console.print(t)
     t = Table(title="stuck frontier", title_justify="left")
     t.add_column("blocked in")
@@ -120,13 +122,13 @@ def diff(console: Console, a: Trace, b: Trace, d) -> None:
                       f"B {_dash(div.idx_b)}) · {div.n_runs} run{'s' if div.n_runs != 1 else ''} · "
                       f"{div.length_a} → {div.length_b} events")
         for sig in div.context:
-            console.print(f"    [dim]  {sig}[/]")
+            console.print(f"    [dim]  {escape(sig)}[/]")
         for side, ev in (("A", div.event_a), ("B", div.event_b)):
             if ev is None:
                 console.print(f"  {side} [dim](end of stream)[/]")
             else:
-                console.print(f"  {side} {ev['sig']}  [dim]module {ev['module'] or '-'} · {ev['phase']} · "
-                              f"step {ev['step']} · {ev['frame'] or '-'}[/]")
+                console.print(f"  {side} {escape(ev['sig'])}  [dim]module {escape(ev['module'] or '-')} · "
+                              f"{ev['phase']} · step {ev['step']} · {escape(ev['frame'] or '-')}[/]")
         t = Table(show_lines=False)
         for col in ("run", "A pos", "B pos", "what", "where"):
             t.add_column(col)
