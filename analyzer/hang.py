@@ -19,9 +19,7 @@ from analyzer.checks.common import group_table
 from analyzer.checks.ordering import cycle_findings, key_text
 from analyzer.findings import Finding, group_text, ranks_text
 from analyzer.load import Trace
-from analyzer.waitfor import COMM, Blocked, frontier, simulate, to_dot, wait_graph
-
-DRY_RUN_MODES = ("fake", "local")
+from analyzer.waitfor import COMM, Blocked, frontier, post_mortem, simulate, to_dot, wait_graph
 
 
 @dataclass
@@ -39,16 +37,16 @@ class HangReport:
 
 
 def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -> HangReport:
-    post_mortem = trace.header.get("mode") not in DRY_RUN_MODES
-    stuck = frontier(trace) if post_mortem else simulate(trace, eager_bytes)
+    stopped = post_mortem(trace)
+    stuck = frontier(trace) if stopped else simulate(trace, eager_bytes)
     graph = wait_graph(stuck)
     groups = group_table(trace)
     found = cycle_findings(trace, stuck, only_matched=False)
     on_cycle = {r for f in found for r in f.ranks}
     for sink in sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck):
         found.append(_stalled(trace, sink, stuck, graph, groups, expected))
-    labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event['frame']}" for r, b in stuck.items()}
-    return HangReport("post-mortem" if post_mortem else "replayed", stuck, graph, found,
+    labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
+    return HangReport("post-mortem" if stopped else "replayed", stuck, graph, found,
                       to_dot(graph, stuck, labels, on_cycle))
 
 
@@ -59,23 +57,26 @@ def _stalled(trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGra
     # what the direct waiters are blocked in: the op this rank never entered
     first = min((stuck[w] for w in direct), key=lambda b: (b.key[1], b.key[-1]))
     ev = first.event
-    what = key_text(first.key, groups, ev["op"]) if ev["op"] != "wait" else "the op waited on at " + ev["frame"]
+    frame = ev.get("frame") or "?"
+    what = key_text(first.key, groups, ev["op"]) if ev["op"] != "wait" else "the op waited on at " + frame
     status = trace.status.get(rank, {})
     last = _last_comm(trace, rank)
     tail = f"; its last recorded op was {last}" if last else "; it recorded no collective"
     if status.get("status", "ok") != "ok":
         tail += f" and it ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "")
-    msg = (f"rank {rank} never entered {what} ({ev['frame']}); {len(waiters)} rank"
+    msg = (f"rank {rank} never entered {what} ({frame}); {len(waiters)} rank"
            f"{'s' if len(waiters) != 1 else ''} wait on it transitively ({len(direct)} directly){tail}")
     extra = {"waiting_ranks": waiters, "never_entered": what}
     if expected is not None:
-        nxt = next_expected(trace, expected, rank)
+        members = trace.groups.filter(pl.col("gid") == first.key[1])["ranks"]
+        waited = (tuple(members[0]), first.key[-1]) if first.key[0] == "c" and len(members) else None
+        nxt = next_expected(trace, expected, rank, waited)
         if nxt:
             msg += f". Expected next (golden): {nxt['text']}"
             extra["expected_next"] = nxt
     return Finding(kind="stalled_rank", ranks=sorted(set(waiters) | {rank}), culprit_ranks=[rank],
                    group=groups.get(first.key[1]), seq=first.key[-1], op=ev["op"], expected=what,
-                   actual={rank: last or "nothing recorded"}, frames={rank: ev["frame"]}, message=msg, extra=extra)
+                   actual={rank: last or "nothing recorded"}, frames={rank: frame}, message=msg, extra=extra)
 
 
 def _comm_rows(trace: Trace, rank: int) -> pl.DataFrame:
@@ -87,7 +88,7 @@ def _comm_rows(trace: Trace, rank: int) -> pl.DataFrame:
 
 
 def _describe(row: dict) -> str:
-    where = row["frame"] + (f" [{row['module']}]" if row.get("module") else "")
+    where = (row.get("frame") or "?") + (f" [{row['module']}]" if row.get("module") else "")
     group = f"{row['label']} (ranks {ranks_text(row['ranks'])})" if row.get("label") else "?"
     return f"{row['op']} #{row['seq']} on {group} at {where} ({row['phase']}, step {row['step']})"
 
@@ -97,13 +98,19 @@ def _last_comm(trace: Trace, rank: int) -> str | None:
     return _describe(rows.row(-1, named=True)) if rows.height else None
 
 
-def next_expected(trace: Trace, golden: Trace, rank: int) -> dict | None:
-    """Place `rank` in the golden pattern by how many comm ops it got through; the golden's
-    next op is what it should have run next."""
-    done = _comm_rows(trace, rank).height
+def next_expected(trace: Trace, golden: Trace, rank: int, waited: tuple | None = None) -> dict | None:
+    """What `rank` should have run next, from the golden pattern: the golden's op on the group
+    (same members) and sequence number its peers wait in, when there is one; else placed by how
+    many comm ops the rank got through (a Flight Recorder ring buffer may have lost the rest)."""
     if rank not in golden.ranks:
         return None
     ahead = _comm_rows(golden, rank)
+    done = _comm_rows(trace, rank).height
+    if waited is not None:
+        members, seq = waited
+        hit = ahead.with_row_index("i").filter((pl.col("seq") == seq) & (pl.col("ranks") == list(members)))
+        if hit.height:
+            done = int(hit["i"][0])
     if done >= ahead.height:
         return {"text": "nothing: the golden rank ends here too", "index": done}
     row = ahead.row(done, named=True)

@@ -24,6 +24,12 @@ from analyzer.load import Trace
 from tracer.format import COLLECTIVE_OPS
 
 COMM = sorted(COLLECTIVE_OPS | {"send", "recv", "wait"})
+DRY_RUN_MODES = ("fake", "local")  # recordings that never block; anything else is post-mortem
+
+
+def post_mortem(trace: Trace) -> bool:
+    """Each stream ends where its rank was stuck (FR dumps, a replay, a killed real run)."""
+    return trace.header.get("mode") not in DRY_RUN_MODES
 
 
 @dataclass
@@ -183,20 +189,25 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     its first op that cannot complete: a collective some member never entered, a send / recv
     without its partner (at the op, or at its wait when async). Graph work happens only for the
     ranks found stuck."""
-    present = set(trace.ranks)
+    # a member with no stream at all (a dump never written: the process died) is waited on too
+    members = group_members(trace)
+    present = set(trace.ranks) | {m for ms in members.values() for m in ms}
     ev = (trace.events.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(COMM))
           .select("rank", "idx", "op", "group", "seq", "peer", "async_op", "ref", "in_bytes", "frame", "module",
                   "phase", "step"))
-    members = group_members(trace)
-    size = pl.DataFrame({"group": list(members), "size": [len([m for m in ms if m in present])
-                                                           for ms in members.values()]},
+    size = pl.DataFrame({"group": list(members), "size": [len(ms) for ms in members.values()]},
                         schema={"group": pl.Int32, "size": pl.Int64})
     coll = ev.filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS)))
     # a ring buffer (FR) forgets old entries: ignore instances older than every member's oldest
     horizon = coll.group_by("group", "rank").agg(first=pl.col("seq").min()).group_by("group").agg(
         horizon=pl.col("first").max())
-    inst = (coll.group_by("group", "seq").agg(n=pl.len()).join(size, on="group")
-            .join(horizon, on="group").filter((pl.col("n") < pl.col("size")) & (pl.col("seq") >= pl.col("horizon"))))
+    done, judged = pl.lit(False), coll
+    if "state" in trace.events.columns:  # Flight Recorder knows which entries completed
+        judged = coll.join(trace.events.select("rank", "idx", "state"), on=["rank", "idx"], how="left")
+        done = (pl.col("state") == "completed").any()
+    inst = (judged.group_by("group", "seq").agg(n=pl.len(), done=done).join(size, on="group")
+            .join(horizon, on="group")
+            .filter((pl.col("n") < pl.col("size")) & (pl.col("seq") >= pl.col("horizon")) & ~pl.col("done")))
     stuck_coll = coll.join(inst.select("group", "seq"), on=["group", "seq"])
     sends = ev.filter(pl.col("op") == "send").with_columns(src=pl.col("rank"), dst=pl.col("peer"))
     recvs = ev.filter(pl.col("op") == "recv").with_columns(src=pl.col("peer"), dst=pl.col("rank"))

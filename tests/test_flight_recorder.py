@@ -150,3 +150,33 @@ def test_parallel_read_matches_sequential(fr_dumps, monkeypatch):
     monkeypatch.setattr(fr, "PARALLEL_FROM", 1)
     monkeypatch.setattr(fr, "_workers", lambda n: 2)
     assert load(fr_dumps / "size" / "repaired").events.equals(base)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_cross_group_cycle_from_the_entries_each_rank_is_stuck_in(fr_dumps, form):
+    """A 4-rank ring of 2-rank groups entered in orders that wait on each other: `check` and
+    `hang` both give exactly one deadlock_cycle through the four groups (the missing
+    collectives it causes are symptoms, not findings)."""
+    from analyzer.hang import analyze
+
+    t = load(fr_dumps / "cycle" / form)
+    found = run_checks(t)
+    assert [(f.kind, f.culprit_ranks) for f in found] == [("deadlock_cycle", [0, 1, 2, 3])], [f.message for f in found]
+    assert len(found[0].extra["groups"]) == 4
+    report = analyze(t)
+    assert report.semantics == "post-mortem" and sorted(report.stuck) == [0, 1, 2, 3]
+    assert [(f.kind, f.culprit_ranks) for f in report.findings] == [("deadlock_cycle", [0, 1, 2, 3])]
+
+
+@pytest.mark.parametrize("form", ["json", "repaired"])
+def test_hang_names_the_dead_rank_and_what_it_should_run_next(fr_dumps, form):
+    """Rank 3 died without a dump: ranks 0-2 are stuck in the faulty all_reduce; against the
+    healthy run's dumps as the expected pattern, it should have run that all_reduce."""
+    from analyzer.hang import analyze
+
+    report = analyze(load(fr_dumps / "dead" / form), load(fr_dumps / "healthy" / form))
+    assert sorted(report.stuck) == [0, 1, 2]
+    (root,) = report.findings
+    assert root.kind == "stalled_rank" and root.culprit_ranks == [3]
+    assert root.extra["waiting_ranks"] == [0, 1, 2]
+    assert root.extra["expected_next"]["op"] == "all_reduce"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from analyzer.checks import collectives, groups, ordering, p2p
-from analyzer.checks import missing_ranks
+from analyzer.checks import collectives, groups, missing_ranks, ordering, p2p
 from analyzer.findings import Finding
 from analyzer.load import Trace
 
@@ -21,4 +20,19 @@ def run_checks(trace: Trace, names: list[str] | None = None) -> list[Finding]:
     for name, check in CHECKS.items():
         if names is None or name in names:
             out.extend(check(trace))
-    return out
+    return _without_cycle_symptoms(out)
+
+
+def _without_cycle_symptoms(found: list[Finding]) -> list[Finding]:
+    """In a post-mortem (FR dumps) each rank of a deadlock cycle is stuck before the collective
+    its peers wait in, which the collectives check sees as missing collectives on the cycle's
+    groups: the cycle is the root cause, so those symptoms are dropped."""
+    cycles = [f for f in found if f.kind == "deadlock_cycle"]
+    if not cycles:
+        return found
+
+    def symptom(f: Finding) -> bool:
+        return f.kind == "missing_collective" and any(
+            set(f.culprit_ranks) <= set(c.ranks) and f.group in c.extra.get("groups", []) for c in cycles)
+
+    return [f for f in found if not symptom(f)]

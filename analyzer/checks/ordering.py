@@ -12,12 +12,12 @@ from __future__ import annotations
 from analyzer.checks.common import conflicting_gids, group_table
 from analyzer.findings import Finding, group_text, ranks_text
 from analyzer.load import Trace
-from analyzer.waitfor import Blocked, cycles, ordered, simulate, wait_graph
+from analyzer.waitfor import Blocked, cycles, frontier, ordered, post_mortem, simulate, wait_graph
 
 
 def describe(b: Blocked, groups: dict) -> str:
     ev = b.event
-    where = f"{ev['frame']}" + (f" [{ev['module']}]" if ev.get("module") else "")
+    where = (ev.get("frame") or "?") + (f" [{ev['module']}]" if ev.get("module") else "")
     if ev["op"] == "wait":
         what = "a wait on " + key_text(b.key, groups)
     else:
@@ -51,7 +51,7 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
             group=groups.get(first.key[1]), seq=first.event["seq"], op=first.event["op"],
             expected="every member enters its collectives in one order",
             actual={r: key_text(blocked[r].key, groups, blocked[r].event["op"]) for r in cycle},
-            frames={r: blocked[r].event["frame"] for r in cycle},
+            frames={r: blocked[r].event.get("frame") or "?" for r in cycle},
             extra={"cycle": cycle, "groups": [groups[g] for g in gids if g in groups]},
             message=(f"deadlock: {len(ranks)} ranks wait on each other in a cycle through "
                      f"{len(gids)} group{'s' if len(gids) > 1 else ''}: " + "; ".join(steps)
@@ -60,6 +60,8 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
 
 
 def check(trace: Trace, eager_bytes: int = 0) -> list[Finding]:
+    if post_mortem(trace):  # FR dumps, a replay: the cycle is in where each rank is stuck
+        return cycle_findings(trace, frontier(trace), only_matched=False)
     if ordered(trace):  # columnar certificate: no cycle is possible
         return []
     # groups whose name means different members on different ranks cannot be matched at all:

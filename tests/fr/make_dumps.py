@@ -20,6 +20,7 @@ import argparse
 import os
 import pickle
 import sys
+import time
 from datetime import timedelta
 
 os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
@@ -93,6 +94,9 @@ def _faulty(case: str, rank: int, world: int, groups: list, out: str) -> list:
         return works + [dist.all_reduce(torch.ones(4), async_op=True)]
     if case == "dead":  # rank 3 all-reduces in float64, then its process dies before dumping
         if rank == 3:
+            # let the others issue and dump first: float64 bytes arriving at a float32 peer make
+            # gloo abort that process, which would otherwise race its dump
+            time.sleep(1.5)
             dist.all_reduce(torch.ones(4, dtype=torch.float64), async_op=True)
             os._exit(1)
         return [dist.all_reduce(t, async_op=True)]
