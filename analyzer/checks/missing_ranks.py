@@ -4,8 +4,8 @@ A rank whose process died (a crash, an OOM kill, a failed assertion) writes no d
 members of its groups are then stuck in the collective it never joined, and their dumps show
 it as not completed. Only dumps carry that `state` (commtrace traces have none: a missing part
 there is a note, not a finding). Per group with a missing member, the collective the present
-members are blocked in is the latest one that some present member has not completed but which
-every member finished before it: the max over members of their first uncompleted sequence number.
+members are blocked in is the latest uncompleted one each entered (a dump ends where its rank
+was stuck; whether earlier entries show as completed depends on when gloo updated its status).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def check(trace: Trace) -> list[Finding]:
     pending = (trace.events.with_columns(op=pl.col("op").cast(pl.String))
                .filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS)) & (pl.col("state") != "completed")
                        & (pl.col("group") >= 0))
-               .group_by("group", "rank").agg(pl.all().sort_by("seq").first()))
+               .group_by("group", "rank").agg(pl.all().sort_by("seq").last()))
     out = []
     for (gid,), rows in pending.group_by(["group"], maintain_order=True):
         group = groups.get(gid)

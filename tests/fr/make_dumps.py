@@ -96,7 +96,11 @@ def _faulty(case: str, rank: int, world: int, groups: list, out: str) -> list:
         if rank == 3:
             # let the others issue and dump first: float64 bytes arriving at a float32 peer make
             # gloo abort that process, which would otherwise race its dump
-            time.sleep(1.5)
+            done = [os.path.join(out, "repaired", f"rank_{r}.pkl") for r in range(world) if r != 3]
+            deadline = time.monotonic() + 60
+            while not all(os.path.exists(p) for p in done) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # the last file is complete once its rank moved on to wait()
             dist.all_reduce(torch.ones(4, dtype=torch.float64), async_op=True)
             os._exit(1)
         return [dist.all_reduce(t, async_op=True)]
