@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from tracer import format as fmt
+from tracer import parts as trace_parts
 
 DEFAULT_SCRIPT_WORLD_SIZE = 4
 _WORLD_SIZE_IN_DOC = re.compile(r"--world-size\s+(\d+)")
@@ -116,7 +117,7 @@ def write_golden(trace_path: str, golden_path: str, root: str, cwd: str | None =
     data = canonical(fmt.read_trace(trace_path), root, cwd or os.getcwd())
     os.makedirs(os.path.dirname(golden_path) or ".", exist_ok=True)
     tmp = golden_path + ".tmp"
-    fmt.write_data(tmp, data)
+    trace_parts.write_data(tmp, data)
     os.replace(tmp, golden_path)
 
 

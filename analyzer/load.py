@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analyzer.findings import ranks_text
 from tracer import format as fmt
+from tracer import parts as trace_parts
 
 _POLARS = {"<i4": pl.Int32, "<i8": pl.Int64, "u1": pl.UInt8, "<f8": pl.Float64}
 STRING_COLUMNS = ("op", "dtype", "reduce_op", "module", "phase", "frame")
@@ -88,7 +90,7 @@ def load(path: str | os.PathLike) -> Trace:
             parts = sorted(glob.glob(os.path.join(path, "*.part")) + glob.glob(os.path.join(path, "*.trace")))
             if not parts:
                 raise LoadError(f"{path}: folder holds no .part or .trace files")
-            data = fmt.combine([fmt.read_trace(p) for p in parts])
+            data = trace_parts.combine([fmt.read_trace(p) for p in parts])
         elif os.path.exists(path):
             data = fmt.read_trace(path)
         else:
@@ -125,13 +127,13 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None) -> Trace:
     trace = Trace(header=data.header, events=events, groups=groups, atoms=data.atoms, ranks=ranks,
                   status=status, notes=notes, truncated=truncated)
     if trace.missing_ranks:
-        trace.notes.append(f"missing ranks (no events): {_ranges(trace.missing_ranks)}")
+        trace.notes.append(f"missing ranks (no events): {ranks_text(trace.missing_ranks)}")
     bad: dict[tuple, list[int]] = {}
     for r, s in sorted(status.items()):
         if s["status"] != "ok":
             bad.setdefault((s["status"], s.get("error")), []).append(r)
     for (state, error), rs in bad.items():  # one note per distinct outcome, not per rank
-        who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_ranges(rs)}"
+        who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {ranks_text(rs)}"
         trace.notes.append(f"{who}: {state}" + (f": {error}" if error else ""))
     return trace
 
@@ -147,9 +149,3 @@ def _decode_strings(events: pl.DataFrame, atoms: list) -> pl.DataFrame:
         ids = np.where(ids < 0, n, ids)
         out.append(lookup.gather(ids).alias(name))
     return events.with_columns(out)
-
-
-def _ranges(ranks: list[int]) -> str:
-    from analyzer.findings import ranks_text
-
-    return ranks_text(ranks)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analyzer.load import Trace, _ranges
+from analyzer.findings import ranks_text
+from analyzer.load import Trace
 from tracer.format import COLLECTIVE_OPS, P2P_OPS
 
 
@@ -45,7 +46,7 @@ def summarize(trace: Trace) -> Summary:
                .sort(pl.col("ranks").list.first())
                .with_row_index("class", offset=1))
     first = classes.select("class", rank=pl.col("ranks").list.first(),
-                           ranks_text=pl.col("ranks").map_elements(lambda r: _ranges(list(r)), return_dtype=pl.String))
+                           ranks_text=pl.col("ranks").map_elements(lambda r: ranks_text(list(r)), return_dtype=pl.String))
     table = (first.join(per_rank, on="rank").drop("rank").rename({"ranks_text": "ranks", "label": "group"})
              .sort("class", "group", "op"))
     return Summary(table=table, classes=classes.select("class", "ranks", "events"))

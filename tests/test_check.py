@@ -100,13 +100,14 @@ def test_cli_exit_codes_and_json(recorded, tmp_path):
 def test_missing_rank_is_noted_and_the_rest_checked(recorded, tmp_path):
     """A parts folder that lost one rank: the note names it; the others are still checked."""
     from tracer import format as fmt
+    from tracer import parts as trace_parts
 
     path, _ = recorded("bug_dtype", 4, "fake")
     data = fmt.read_trace(path)
     for rank in (0, 1, 2):  # rank 3's part is lost
         part = fmt.TraceData(header=dict(data.header, ranks=[rank], part=True), atoms=data.atoms,
                              groups=data.groups, columns={rank: data.columns[rank]}, ends={rank: data.ends[rank]})
-        fmt.write_data(tmp_path / f"rank_{rank}.part", part)
+        trace_parts.write_data(tmp_path / f"rank_{rank}.part", part)
     t = load(tmp_path)
     assert t.ranks == [0, 1, 2] and t.missing_ranks == [3]
     assert any("missing ranks" in n and "3" in n for n in t.notes)

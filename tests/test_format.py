@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tracer import format as fmt
+from tracer import parts as trace_parts
 
 
 def _header(ranks=(0, 1), **kw):
@@ -20,7 +21,7 @@ def _events(n):
 @pytest.fixture
 def trace_file(tmp_path):
     path = tmp_path / "t.trace"
-    fmt.write_all(path, _header(), {0: _events(5), 1: _events(3)},
+    trace_parts.write_all(path, _header(), {0: _events(5), 1: _events(3)},
                   groups=[{"gid": 0, "name": "0", "ranks": [0, 1, 2, 3], "desc": "default_pg"}])
     return path
 
@@ -81,10 +82,10 @@ def test_not_a_trace(tmp_path, content):
 def test_merge_parts_remaps_atoms_and_groups(tmp_path):
     g = {"gid": 0, "name": "7", "ranks": [0, 1], "desc": "mesh_tp"}
     other = {"gid": 0, "name": "8", "ranks": [2, 3], "desc": "mesh_tp"}
-    fmt.write_all(tmp_path / "rank_0.part", _header([0], part=True), {0: _events(2)}, groups=[g])
+    trace_parts.write_all(tmp_path / "rank_0.part", _header([0], part=True), {0: _events(2)}, groups=[g])
     evs = [dict(e, op="broadcast") for e in _events(2)]
-    fmt.write_all(tmp_path / "rank_2.part", _header([2], part=True), {2: evs}, groups=[other])
-    summary = fmt.merge([tmp_path / "rank_0.part", tmp_path / "rank_2.part"], tmp_path / "m.trace")
+    trace_parts.write_all(tmp_path / "rank_2.part", _header([2], part=True), {2: evs}, groups=[other])
+    summary = trace_parts.merge([tmp_path / "rank_0.part", tmp_path / "rank_2.part"], tmp_path / "m.trace")
     d = fmt.read_trace(tmp_path / "m.trace")
     assert d.complete and d.header["ranks"] == [0, 2] and not d.header["part"]
     assert {g["name"] for g in d.groups.values()} == {"7", "8"}
@@ -92,14 +93,14 @@ def test_merge_parts_remaps_atoms_and_groups(tmp_path):
     assert [d.atoms[i] for i in d.columns[2]["op"]] == ["broadcast"] * 2
     assert d.groups[int(d.columns[2]["group"][0])]["ranks"] == [2, 3]
     assert summary.ends[2]["status"] == "ok"
-    combined = fmt.combine([fmt.read_trace(tmp_path / "rank_0.part"), fmt.read_trace(tmp_path / "rank_2.part")])
+    combined = trace_parts.combine([fmt.read_trace(tmp_path / "rank_0.part"), fmt.read_trace(tmp_path / "rank_2.part")])
     assert [combined.atoms[i] for i in combined.columns[2]["op"]] == ["broadcast"] * 2
 
 
 def test_columns_are_packed_blocks(trace_file, tmp_path):
     # merged traces store events as one bin block per column, read with frombuffer
     out = tmp_path / "merged.trace"
-    fmt.merge([trace_file], out)
+    trace_parts.merge([trace_file], out)
     kinds = [r["t"] for r in msgpack.Unpacker(open(out, "rb"), raw=False, strict_map_key=False)]
     assert kinds.count("block") == 2 and "ev" not in kinds
     d = fmt.read_trace(out)

@@ -8,6 +8,7 @@ from analyzer.checks import run_checks
 from analyzer.load import LoadError, load
 from analyzer.summary import summarize
 from tracer import format as fmt
+from tracer import parts as trace_parts
 
 _SAMPLES: dict[str, bytes] = {}
 
@@ -17,7 +18,7 @@ def _sample(recorded, tmp_path_factory, kind: str) -> bytes:
         path, _ = recorded("bug_subgroup_skip", 8, "fake")
         _SAMPLES["blocks"] = open(path, "rb").read()
         rows = tmp_path_factory.mktemp("rows") / "all.part"
-        fmt.write_data(rows, fmt.read_trace(path))
+        trace_parts.write_data(rows, fmt.read_trace(path))
         _SAMPLES["rows"] = rows.read_bytes()
     return _SAMPLES[kind]
 

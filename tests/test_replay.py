@@ -10,6 +10,7 @@ from analyzer.hang import analyze
 from analyzer.load import load
 from conftest import REPO
 from tracer import format as fmt
+from tracer import parts as trace_parts
 from tracer.replay import ReplayError, plan, replay
 
 
@@ -88,7 +89,7 @@ def partial(recorded, tmp_path):
     del data.columns[3], data.ends[3]
     data.header = dict(data.header, ranks=[0, 1, 2])
     path = str(tmp_path / "partial.trace")
-    fmt.write_data(path, data)
+    trace_parts.write_data(path, data)
     return path
 
 

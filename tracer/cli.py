@@ -128,12 +128,13 @@ def merge(parts: str = typer.Argument(..., help="Folder of rank_*.part files (OU
     import glob
 
     from tracer import format as fmt
+    from tracer import parts as trace_parts
 
     files = sorted(glob.glob(os.path.join(parts, "*.part")))
     if not files:
         _fail(f"{parts}: no .part files")
     try:
-        summary = fmt.merge(files, out)
+        summary = trace_parts.merge(files, out)
     except fmt.TraceFormatError as e:
         _fail(str(e))
     for note in summary.notes:

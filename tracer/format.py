@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -80,6 +80,16 @@ def make_header(*, world_size: int, ranks: list[int], mode: str, config: dict | 
     }
 
 
+def atom_key(value: Any) -> Any:
+    """Interning key of an atom: strings and tuples as they are (no packing on the hot path),
+    anything else (lists, maps) by its msgpack bytes."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, tuple):
+        return (tuple, value)
+    return (type(value), msgpack.packb(value))
+
+
 class TraceWriter:
     """Appends records to a trace. Each record is one write(), so a killed process leaves
     every record it finished and at most one partial record at the tail."""
@@ -101,10 +111,7 @@ class TraceWriter:
         """Intern a msgpack-able value; returns its id. None is -1."""
         if value is None:
             return -1
-        if isinstance(value, (str, tuple)):  # hashable: the common case, no packing
-            key = value if isinstance(value, str) else (tuple, value)
-        else:
-            key = (type(value), msgpack.packb(value))
+        key = atom_key(value)
         aid = self._atoms.get(key)
         if aid is None:
             aid = self._atoms[key] = len(self._atoms)
@@ -296,102 +303,6 @@ def _rows_to_columns(rows: list[list]) -> dict[str, np.ndarray]:
     return out
 
 
-class _Tables:
-    """One atom table and one group table for many parts: remaps each part's local ids."""
-
-    def __init__(self, writer: TraceWriter | None = None):
-        self.writer = writer
-        self.atoms: list = []
-        self._atom_ids: dict[Any, int] = {}
-        self.groups: dict[int, dict] = {}
-        self._group_ids: dict[tuple, int] = {}
-
-    def _atom(self, value: Any) -> int:
-        if self.writer is not None:
-            return self.writer.atom(value)
-        key = value if isinstance(value, str) else (type(value), msgpack.packb(value))
-        aid = self._atom_ids.get(key)
-        if aid is None:
-            aid = self._atom_ids[key] = len(self.atoms)
-            self.atoms.append(value)
-        return aid
-
-    def remap(self, data: TraceData) -> dict[int, dict[str, np.ndarray]]:
-        gmap = np.full(max(data.groups, default=-1) + 2, -1, dtype=np.int32)
-        for gid, g in data.groups.items():
-            key = (g["name"], tuple(g["ranks"]), g["desc"])
-            if key not in self._group_ids:
-                new = self._group_ids[key] = len(self._group_ids)
-                self.groups[new] = dict(g, gid=new)
-                if self.writer is not None:
-                    self.writer.group(new, g["name"], g["ranks"], g["desc"])
-            gmap[gid] = self._group_ids[key]
-        amap = np.array([self._atom(a) for a in data.atoms] + [-1], dtype=np.int32)
-        out = {}
-        for rank, cols in data.columns.items():
-            cols = dict(cols)
-            for name in ATOM_COLUMNS:
-                cols[name] = amap[cols[name]]  # -1 indexes the trailing -1
-            if len(cols["group"]) and cols["group"].max() >= len(gmap) - 1:
-                raise TraceFormatError(f"rank {rank}: event refers to a missing group")
-            cols["group"] = gmap[cols["group"]]
-            out[rank] = cols
-        return out
-
-
-def _rank_end(data: TraceData, rank: int) -> dict:
-    return data.ends.get(rank) or {
-        "n": len(data.columns.get(rank, {}).get("op", ())), "status": "truncated",
-        "error": "recording stopped before this rank finished"}
-
-
-def merge(parts: Iterable[str | os.PathLike], out_path: str | os.PathLike, header_updates: dict | None = None) -> TraceData:
-    """Join per-rank parts (rows) into one trace of column blocks, remapping atoms and groups
-    to one table. Returns a summary TraceData (header, groups, ends, notes; no columns)."""
-    parts = [os.fspath(p) for p in parts]
-    if not parts:
-        raise TraceFormatError("no parts to merge")
-    headers = [read_header(p) for p in parts]
-    header = dict(headers[0], part=False, ranks=sorted({r for h in headers for r in h.get("ranks", [])}))
-    header.update(header_updates or {})
-    summary = TraceData(header=header)
-    writer = TraceWriter(out_path, header)
-    tables = _Tables(writer)
-    try:
-        for path in parts:
-            data = read_trace(path)
-            summary.notes.extend(data.notes)
-            for rank, cols in tables.remap(data).items():
-                writer.block(rank, cols)
-            for rank in data.header.get("ranks", []):
-                end = summary.ends[rank] = _rank_end(data, rank)
-                writer.end(rank, end["n"], end["status"], end["error"])
-        writer.footer()
-        summary.groups = tables.groups
-        summary.complete = True
-    finally:
-        writer.close()
-    return summary
-
-
-def combine(datas: list[TraceData]) -> TraceData:
-    """Several decoded parts as one TraceData in memory (what loading a parts folder gives)."""
-    if not datas:
-        raise TraceFormatError("no parts to combine")
-    tables = _Tables()
-    header = dict(datas[0].header, part=False, ranks=sorted({r for d in datas for r in d.header.get("ranks", [])}))
-    out = TraceData(header=header, complete=all(d.complete for d in datas))
-    for d in datas:
-        out.notes.extend(d.notes)
-        out.columns.update(tables.remap(d))
-        for rank in d.header.get("ranks", []):
-            out.ends[rank] = _rank_end(d, rank)
-    out.atoms, out.groups = tables.atoms, tables.groups
-    if not out.complete:
-        out.truncated_at = next(d.truncated_at for d in datas if not d.complete)
-    return out
-
-
 def read_header(path: str | os.PathLike) -> dict:
     """Only the header of a trace or part (cheap: reads the first record)."""
     source = os.fspath(path)
@@ -404,52 +315,6 @@ def read_header(path: str | os.PathLike) -> dict:
     except Exception as e:
         raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
     return _check_header(rec, source)
-
-
-def write_data(path: str | os.PathLike, data: TraceData) -> None:
-    """Write decoded data back as rows (a part-style file): for tools and tests."""
-    w = TraceWriter(path, data.header)
-    try:
-        for g in data.groups.values():
-            w.group(g["gid"], g["name"], g["ranks"], g["desc"])
-        for rank, cols in data.columns.items():
-            atom_cols = {name for name in ATOM_COLUMNS}
-            for i in range(len(cols["op"])):
-                row = []
-                for name, _ in COLUMNS:
-                    v = cols[name][i].item()
-                    row.append(w.atom(_hashable(data.atoms[v])) if name in atom_cols and v >= 0 else v)
-                w.row(rank, row)
-            end = data.ends.get(rank, {"n": len(cols["op"]), "status": "ok", "error": None})
-            w.end(rank, end["n"], end["status"], end["error"])
-        w.footer()
-    finally:
-        w.close()
-
-
-def _hashable(v: Any) -> Any:
-    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
-
-
-def write_all(path: str | os.PathLike, header: dict, events: dict[int, list[dict]],
-              groups: list[dict] = ()) -> None:
-    """Write events given as dicts per rank (atom columns as plain values) as one trace.
-    For tests and synthetic traces; the recorder streams rows itself."""
-    w = TraceWriter(path, header)
-    try:
-        for g in groups:
-            w.group(g["gid"], g["name"], g["ranks"], g["desc"])
-        for rank, evs in events.items():
-            for ev in evs:
-                ev = dict(ev)
-                for name in ATOM_COLUMNS:
-                    if name in ev:
-                        ev[name] = w.atom(ev[name])
-                w.row(rank, default_row(**ev))
-            w.end(rank, len(evs))
-        w.footer()
-    finally:
-        w.close()
 
 
 # Op vocabulary shared by the recorder and the analyzer.

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from tracer import format as fmt
+from tracer import parts as trace_parts
 from tracer.modes.run import Job
 from tracer.program import Program
 
@@ -95,7 +95,7 @@ def record(program: Program, *, world_size: int, out: str, mode: str = "fake", r
     result = RecordResult(out=out, ranks=ranks)
     parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in ranks]
     present = [p for p in parts if os.path.exists(p)]
-    summary = fmt.merge(present, out, {"world_size": world_size, "mode": mode}) if present else None
+    summary = trace_parts.merge(present, out, {"world_size": world_size, "mode": mode}) if present else None
     for job, code in zip(todo, exit_codes):
         for r in job.ranks:
             end = summary.ends.get(r) if summary else None

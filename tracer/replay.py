@@ -24,6 +24,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from tracer import format as fmt
+from tracer import parts as trace_parts
 
 STARTUP_S = 120.0  # at most this long for the ranks to start and join, on top of --timeout
 _COMM = fmt.COLLECTIVE_OPS | fmt.P2P_OPS
@@ -251,7 +252,7 @@ def replay(trace_path: str, *, out: str, timeout: float = 60.0, steps: int | Non
     present = [x for x in parts if os.path.exists(x)]
     if not present:
         raise ReplayError(f"no replay process started (logs in {parts_dir})")
-    summary = fmt.merge(present, out, {"world_size": p.world_size, "mode": "replay"})
+    summary = trace_parts.merge(present, out, {"world_size": p.world_size, "mode": "replay"})
     stats = {}
     for r in range(p.world_size):
         end = summary.ends.get(r)

@@ -92,10 +92,8 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def _go(self, call: Call) -> RecordingWork:
         rec = RecordingProcessGroup.recorder
-        indices = rec.record(call) if rec is not None and not rec.busy else {}
-        if rec is None or (rec.mode == "fake" and not rec.busy):
-            # LocalTensorMode computes real results itself; only fake mode fills outputs
-            _mirror(call, self.rank(), self.size())
+        indices = rec.record(call) if rec is not None else {}
+        _mirror(call, self.rank(), self.size())  # only fake mode uses this group (see patches)
         return RecordingWork(rec, indices, call.async_op)
 
     # --- collectives (argument layouts as torch's PyProcessGroup trampoline passes them) ---

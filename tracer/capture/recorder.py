@@ -107,7 +107,7 @@ class Recorder:
         # per-rank view of a value: identity in fake mode, the rank's shard in local mode
         self.view: Callable[[Any, int], Any] = lambda x, r: x
         self.siblings: Callable[[Any, GroupRef], list[GroupRef]] = lambda pg, g: [g]
-        self.busy = False  # set while LocalTensorMode answers an op, so the backend does not record it twice
+        self.busy = False  # set while LocalTensorMode answers an op, so nested ops are not recorded twice
 
     # ---- groups -------------------------------------------------------------------------
     def group_ref(self, pg) -> GroupRef:
@@ -157,9 +157,6 @@ class Recorder:
     def record(self, call: Call) -> dict[int, int]:
         """Write `call` on every simulated rank it ran on; returns {rank: event index}."""
         out: dict[int, int] = {}
-        if call.op in fmt.P2P_OPS and self.mode == "local":
-            raise RecordError("p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
-                              "in lockstep); record this program with --mode fake")
         where = self.where()
         for g in self.siblings(call.pg, self.group_ref(call.pg)):
             for r in g.ranks:
