@@ -102,6 +102,98 @@ def diff(a: str = typer.Argument(..., help="Trace A (e.g. the golden or the old 
     raise typer.Exit(0 if d.equal else 1)
 
 
+EXPORT_FORMATS = ("perfetto", "parquet", "json")
+
+
+def _writable(path: str) -> None:
+    """Fail before the (maybe long) load when -o cannot be written."""
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        _fail(f"{path}: is a folder (give a file name with -o)")
+    if not os.path.isdir(folder):
+        _fail(f"{path}: cannot write (no folder {folder})")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        _fail(f"{path}: cannot write (permission denied)")
+
+
+def _open(path: str, mode: str):
+    try:
+        return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    except OSError as e:
+        _fail(f"{path}: cannot write ({e.strerror})")
+
+
+@app.command()
+def export(trace: str = typer.Argument(..., help="A trace, a folder of parts or of Flight Recorder dumps."),
+           output: str = typer.Option(..., "-o", "--output", help="File to write."),
+           fmt: str = typer.Option("perfetto", "--format", help="perfetto: a timeline for ui.perfetto.dev (Chrome "
+                                   "trace JSON); parquet: the events frame, plus OUT.groups.parquet; json: both "
+                                   "frames in one JSON object."),
+           time: str = typer.Option("auto", "--time", help="perfetto: auto (real timestamps of post-mortem traces, "
+                                    "logical time of dry runs), logical (1 us = one event) or real.")) -> None:
+    """Write the trace for other tools: a Perfetto timeline (a process per rank, a track per
+    process group, p2p as flow arrows) or its frames as parquet / JSON. Exit 0 written, 2 bad input."""
+    if fmt not in EXPORT_FORMATS:
+        _fail(f"--format {fmt!r}: expected one of {', '.join(EXPORT_FORMATS)}")
+    if time not in ("auto", "logical", "real"):
+        _fail(f"--time {time!r}: expected auto, logical or real")
+    _writable(output)
+    t = _load(trace)
+    if fmt == "perfetto":
+        from analyzer.render.perfetto import write_perfetto
+
+        with _open(output, "w") as f:
+            n = write_perfetto(t, f, time)
+        typer.echo(f"wrote {output}: {n['slices']} slices on {n['tracks']} tracks, {n['flows']} p2p flows, "
+                   f"{'real' if n['real_time'] else 'logical'} time; open it in https://ui.perfetto.dev")
+    elif fmt == "parquet":
+        from analyzer.render.frames import groups_path, write_parquet
+
+        _writable(groups_path(output))
+        with _open(output, "wb") as events_out, _open(groups_path(output), "wb") as groups_out:
+            write_parquet(t, events_out, groups_out)
+        typer.echo(f"wrote {output} ({t.events.height} events) and {groups_path(output)} ({t.groups.height} groups)")
+    else:
+        from analyzer.render.frames import write_json
+
+        with _open(output, "w") as f:
+            write_json(t, f)
+        typer.echo(f"wrote {output} ({t.events.height} events, {t.groups.height} groups)")
+
+
+@app.command()
+def report(trace: str = typer.Argument(..., help="A trace, a folder of parts or of Flight Recorder dumps."),
+           output: str = typer.Option("report.html", "-o", "--output", help="HTML file to write."),
+           diff_with: str = typer.Option(None, "--diff", help="Trace B: add `analyzer diff`'s tables and a plot "
+                                                              "of volume in A and B."),
+           expected: str = typer.Option(None, "--expected", help="Golden trace of the same config: say what each "
+                                                                 "stalled rank should have run next."),
+           eager_bytes: int = typer.Option(0, "--eager-bytes", help="As for `analyzer hang`.")) -> None:
+    """One self-contained HTML page (no network needed): summary, findings with their frames, the
+    wait-for graph of a hang or deadlock, volume plots per mesh dim x op x phase and per step, and
+    with --diff the divergence and volume tables. Exit 0 once written (a picture, not a check:
+    gate CI on `analyzer check`), 2 bad input."""
+    from analyzer.report import ReportInputs, build_report
+
+    _writable(output)
+    t = _load(trace)
+    other = _load(diff_with) if diff_with else None
+    golden = _load(expected) if expected else None
+    rep = build_report(t, ReportInputs(source=trace, other=other, other_source=diff_with, expected=golden,
+                                       eager_bytes=eager_bytes))
+    from analyzer.render.html import render
+
+    page = render(rep)
+    with _open(output, "w") as f:
+        f.write(page)
+    hung = rep.hang is not None and rep.hang.hung
+    typer.echo(f"wrote {output}: {len(rep.findings)} finding{'s' if len(rep.findings) != 1 else ''}, "
+               + (f"hang ({len(rep.hang.stuck)} ranks stuck)" if hung else "no hang")
+               + ("" if rep.diff is None else ", same pattern as B" if rep.diff.equal else ", differs from B"))
+
+
 golden_app = typer.Typer(no_args_is_help=True, help="Golden comm patterns of the examples: check or update traces/.")
 app.add_typer(golden_app, name="golden")
 

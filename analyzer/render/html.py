@@ -1,0 +1,217 @@
+"""One self-contained HTML page of a report (analyzer.report.Report): no scripts, no network.
+
+Everything is inline: CSS in a <style>, plots and the wait-for graph as <svg> elements drawn by
+matplotlib (analyzer.render.plots, analyzer.render.waitgraph). A Content-Security-Policy meta
+tag forbids every fetch and every script, so the page cannot reach the network even by mistake
+and opens the same from a mail attachment or a CI artifact. Every piece of user text (frames,
+module names, group descriptions, error lines) goes through `esc`.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+
+from analyzer.findings import group_text, ranks_text
+from analyzer.render.console import human_bytes
+from analyzer.render.html_style import CSS
+
+MAX_ROWS = 200
+"""Rows per table; the count of the rest is said under it."""
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def esc(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def ranks_brief(ranks, limit: int = 90) -> str:
+    """ranks_text, cut at about `limit` characters with the count (a thousand stuck ranks of a
+    strided dp group are a long list)."""
+    text = ranks_text(ranks)
+    if len(text) <= limit:
+        return text
+    return text[:text.rfind(",", 0, limit)] + f", … ({len(list(ranks))} ranks)"
+
+
+def table(headers: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "") -> str:
+    """Cells are escaped here, except those passed as Raw (already HTML)."""
+    head = "".join(f'<th class="num">{esc(h)}</th>' if i in numeric else f"<th>{esc(h)}</th>"
+                   for i, h in enumerate(headers))
+    body = []
+    for row in rows[:MAX_ROWS]:
+        cells = "".join(f'<td{" class=num" if i in numeric else ""}>{c if isinstance(c, Raw) else esc(c)}</td>'
+                        for i, c in enumerate(row))
+        body.append(f"<tr>{cells}</tr>")
+    more = (f'<p class="more">… and {len(rows) - MAX_ROWS} more rows (see <code>--json</code>)</p>'
+            if len(rows) > MAX_ROWS else "")
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{more}'
+
+
+class Raw(str):
+    """A table cell that is already HTML."""
+
+
+def section(anchor: str, title: str, body: str, lead: str = "") -> str:
+    lead_html = f'<p class="lead">{lead}</p>' if lead else ""
+    return f'<section id="{anchor}"><h2>{esc(title)}</h2>{lead_html}{body}</section>'
+
+
+def figure(svg: str | None, caption: str, anchor: str) -> str:
+    if not svg:
+        return ""
+    return f'<figure id="{anchor}">{svg}<figcaption>{caption}</figcaption></figure>'
+
+
+def header(report) -> str:
+    t = report.trace
+    h = t.header
+    program = (h.get("config") or {}).get("program") or os.path.basename(report.inputs.source)
+    facts = [f"world size {h['world_size']}", f"mode {h.get('mode')}", f"torch {h.get('torch') or '?'}",
+             f"{len(t.ranks)} rank streams", f"{t.events.height:,} events", f"{t.groups.height} process groups"]
+    notes = "".join(f'<li>{esc(n)}</li>' for n in t.notes)
+    return (f'<header><h1>commtrace report <span class="prog">{esc(program)}</span></h1>'
+            f'<p class="facts"><code>{esc(report.inputs.source)}</code> · {" · ".join(esc(f) for f in facts)}</p>'
+            + (f'<ul class="notes">{notes}</ul>' if notes else "") + "</header>")
+
+
+def cards(report) -> str:
+    """The verdicts at a glance: findings, hang, diff."""
+    n = len(report.findings)
+    out = [_card("bad" if n else "good", f"{n} finding{'s' if n != 1 else ''}" if n else "no findings",
+                 "mismatched, skipped or unmatched collectives and p2p, deadlock cycles", "#findings")]
+    hang = report.hang
+    if hang is not None and hang.hung:
+        out.append(_card("bad", f"hang: {len(hang.stuck)} rank{'s' if len(hang.stuck) != 1 else ''} stuck",
+                         f"{hang.semantics}; ranks {ranks_brief(hang.stuck, 60)}", "#hang"))
+    else:
+        out.append(_card("good", "no hang", "every rank completes every recorded op", "#hang"))
+    d = report.diff
+    if d is not None:
+        if d.equal:
+            out.append(_card("good", "same comm pattern", f"as {report.inputs.other_source}", "#diff"))
+        else:
+            what = (f"{len(d.divergences)} rank class{'es' if len(d.divergences) != 1 else ''} diverge"
+                    if d.streams_compared else "world sizes differ")
+            out.append(_card("bad", "comm pattern differs", f"{what} from {report.inputs.other_source}", "#diff"))
+    total = int(report.volume["bytes"].sum()) if report.volume.height else 0
+    calls = int(report.volume["calls"].sum()) if report.volume.height else 0
+    out.append(_card("info", human_bytes(total), f"in {calls:,} collective and p2p calls, all ranks", "#volume"))
+    return f'<div class="cards">{"".join(out)}</div>'
+
+
+def _card(kind: str, title: str, sub: str, href: str) -> str:
+    return f'<a class="card {kind}" href="{href}"><b>{esc(title)}</b><span>{esc(sub)}</span></a>'
+
+
+def findings_section(report) -> str:
+    if not report.findings:
+        return section("findings", "Findings", '<p class="ok">✓ No findings: collectives, p2p and group creation '
+                                               "match on every rank.</p>")
+    rows = []
+    for f in report.findings:
+        frames = "".join(f"<div><span class=r>rank {esc(r)}</span> <code>{esc(fr)}</code></div>"
+                         for r, fr in sorted(f.frames.items()) if r >= 0 and fr and fr != "-")
+        if -1 in f.frames:
+            frames = f"<div><span class=r>majority</span> <code>{esc(f.frames[-1])}</code></div>" + frames
+        rows.append([Raw(f'<span class="kind">{esc(f.kind)}</span>'), ranks_brief(f.culprit_ranks),
+                     group_text(f.group), "-" if f.seq is None else f.seq, f.message, Raw(frames)])
+    counts = {}
+    for f in report.findings:
+        counts[f.kind] = counts.get(f.kind, 0) + 1
+    lead = " · ".join(f"{esc(k)} × {v}" for k, v in counts.items())
+    return section("findings", "Findings", table(["kind", "culprit ranks", "group", "seq", "what happened",
+                                                  "where (user frames)"], rows, cls="findings"), lead)
+
+
+def hang_section(report, picture) -> str:
+    hang = report.hang
+    if hang is None or not hang.hung:
+        return section("hang", "Hang and deadlock analysis",
+                       '<p class="ok">✓ No hang: under blocking semantics every rank completes every recorded '
+                       "collective and p2p op, so there is no wait-for graph to draw.</p>")
+    parts = []
+    if picture is not None:
+        left_out = (f" {picture.omitted} more waiting ranks are folded into the “+N waiting” nodes "
+                    f"({picture.drawn} ranks drawn)." if picture.omitted else "")
+        parts.append(figure(picture.svg, "Wait-for graph: an arrow <b>r → m</b> means rank r waits for rank m. "
+                            f"{esc(hang.semantics.capitalize())} semantics.{left_out}", "waitfor"))
+    rows = [[r["what"], r["group"], ranks_brief(r["blocked"]), ranks_brief(r["missing"])] for r in report.frontier]
+    parts.append("<h3>Stuck frontier</h3>" + table(["blocked in", "group", "blocked ranks", "waiting for"], rows))
+    lead = (f"{len(hang.stuck)} rank{'s' if len(hang.stuck) != 1 else ''} stuck ({esc(hang.semantics)}): "
+            f"{esc(ranks_brief(hang.stuck))}. Root causes are listed under <a href=\"#findings\">Findings</a>.")
+    return section("hang", "Hang and deadlock analysis", "".join(parts), lead)
+
+
+def volume_section(report, volume_svg: str | None, steps_svg: str | None) -> str:
+    if not volume_svg:
+        return section("volume", "Communication volume", "<p>No collectives or p2p recorded.</p>")
+    rows = [[r["dim"], r["op"], r["phase"], r["calls"], human_bytes(r["bytes"])]
+            for r in report.volume.sort("bytes", descending=True).iter_rows(named=True)]
+    body = (figure(volume_svg, "Bytes per mesh dim × op, split by phase (all ranks).", "plot-volume")
+            + figure(steps_svg, "Bytes per training step, split by mesh dim (all ranks).", "plot-steps")
+            + "<details><summary>Table: calls and bytes per mesh dim × op × phase</summary>"
+            + table(["mesh dim", "op", "phase", "calls", "bytes"], rows, numeric={3, 4}) + "</details>")
+    return section("volume", "Communication volume", body)
+
+
+def summary_section(report) -> str:
+    s = report.summary
+    out = []
+    for cls in s.classes.head(20).iter_rows(named=True):
+        rows = s.table.filter(s.table["class"] == cls["class"])
+        ranks = rows["ranks"][0] if rows.height else ranks_text(cls["ranks"])
+        body = [[r["group"] or "-", r["size"], r["op"], r["calls"], human_bytes(r["bytes"])]
+                for r in rows.iter_rows(named=True)]
+        out.append(f"<h3>Rank class {cls['class']}: ranks {esc(ranks)} <small>({len(cls['ranks'])} ranks, "
+                   f"{cls['events']} events each)</small></h3>"
+                   + table(["group", "size", "op", "calls", "bytes (per rank)"], body, numeric={1, 3, 4}))
+    if s.classes.height > 20:
+        out.append(f'<p class="more">… and {s.classes.height - 20} more rank classes (see '
+                   "<code>analyzer summary --json</code>)</p>")
+    groups = [[g["gid"], g["label"], g["size"], ranks_text(g["ranks"]), g["name"]]
+              for g in report.trace.groups.iter_rows(named=True)]
+    out.append("<details><summary>Process groups</summary>"
+               + table(["gid", "label", "size", "ranks", "torch name"], groups, numeric={0, 2}) + "</details>")
+    return section("summary", "Summary per rank class", "".join(out),
+                   "Ranks that communicated identically (same groups, ops, calls and bytes) form one class.")
+
+
+def render(report) -> str:
+    """The whole page as one string."""
+    from analyzer.checks.common import group_table
+    from analyzer.checks.ordering import key_text
+    from analyzer.render import plots, waitgraph
+    from analyzer.render.html_diff import diff_section
+
+    picture = None
+    if report.hang is not None and report.hang.hung:
+        groups = group_table(report.trace)
+        notes = {r: f"{key_text(b.key, groups, b.event['op'] if b.event['op'] != 'wait' else 'op')}\n"
+                    f"{os.path.basename(str(b.event.get('frame') or '?'))}" for r, b in report.hang.stuck.items()}
+        for f in report.hang.findings:
+            if f.kind == "stalled_rank":
+                notes[f.culprit_ranks[0]] = f"never entered\n{f.extra.get('never_entered', '?')}"
+        picture = waitgraph.draw(report.hang, notes)
+    body = [header(report), _nav(report), cards(report), findings_section(report), hang_section(report, picture),
+            volume_section(report, plots.volume_by_dim_op_phase(report.volume),
+                           plots.volume_by_step(report.per_step))]
+    if report.diff is not None:
+        body.append(diff_section(report, plots.diff_volume_by_dim(report.diff.volume)))
+    body.append(summary_section(report))
+    body.append('<footer>Written by <code>analyzer report</code> (commtrace). Self-contained: no scripts, '
+                "no network.</footer>")
+    title = f"commtrace report: {os.path.basename(report.inputs.source)}"
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>"
+            + "\n".join(body) + "</main></body></html>\n")
+
+
+def _nav(report) -> str:
+    links = [("findings", "Findings"), ("hang", "Hang"), ("volume", "Volume")]
+    if report.diff is not None:
+        links.append(("diff", "Diff"))
+    links.append(("summary", "Summary"))
+    return '<nav>' + "".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"

@@ -1,0 +1,119 @@
+"""`analyzer report`: everything the other commands find about one trace, gathered for a picture.
+
+    build_report(trace, ReportInputs(...)) -> Report      (analyzer.render.html draws it)
+
+Pure: a loaded trace in, frames and findings out; nothing here draws or writes. The report runs
+what `check` runs, `hang`'s analysis when the trace can hang at all (below), the volume tables
+behind the plots, `summary`'s rank classes and, given a second trace, `diff`.
+
+When hang analysis runs: always for post-mortem traces (where each stream stopped is the whole
+question; the frontier is columnar). A dry run is replayed under blocking semantics only when
+something can block: a finding of a kind that leaves a rank waiting (skipped collective,
+unmatched p2p, deadlock cycle, missing rank) or a stream that ended in an error or truncated.
+Otherwise the checks already prove every collective and p2p completes (every group's instances
+match and the ordering certificate or replay found no cycle), and replaying millions of events
+in Python would only confirm it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from analyzer.findings import Finding
+from analyzer.load import Trace
+
+BLOCKING_KINDS = frozenset({"missing_collective", "unmatched_p2p", "deadlock_cycle", "missing_rank"})
+"""Finding kinds after which some rank may wait forever."""
+
+
+@dataclass(kw_only=True, slots=True)
+class ReportInputs:
+    """What `analyzer report` was given besides the trace."""
+
+    source: str
+    """The trace's path, as the user gave it (shown in the title)."""
+    other: Trace | None = None
+    other_source: str | None = None
+    """--diff: trace B and its path."""
+    expected: Trace | None = None
+    """--expected: a golden trace of the same config (what each stalled rank should run next)."""
+    eager_bytes: int = 0
+
+
+@dataclass(kw_only=True, slots=True)
+class Report:
+    trace: Trace
+    inputs: ReportInputs
+    findings: list[Finding]
+    """check's findings, then hang's root causes that check did not already report."""
+    hang: object | None = None
+    """analyzer.hang.HangReport, or None where no rank can block (see the module doc)."""
+    frontier: list[dict] = field(default_factory=list)
+    volume: pl.DataFrame
+    """dim, op, phase, calls, bytes: collectives and p2p summed over all ranks."""
+    per_step: pl.DataFrame
+    """step, dim, calls, bytes."""
+    summary: object
+    """analyzer.summary.Summary (rank classes)."""
+    diff: object | None = None
+    """analyzer.diff.Diff against inputs.other."""
+
+    @property
+    def check_count(self) -> int:
+        return sum(1 for f in self.findings if f.kind != "stalled_rank")
+
+
+def may_hang(trace: Trace, found: list[Finding]) -> bool:
+    """Whether hang analysis has anything to find (module doc)."""
+    from analyzer.waitfor import post_mortem
+
+    if post_mortem(trace) or trace.truncated:
+        return True
+    if any(s.get("status", "ok") != "ok" for s in trace.status.values()):
+        return True
+    return any(f.kind in BLOCKING_KINDS for f in found)
+
+
+def volume_frames(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per dim x op x phase, per step x dim) calls and bytes of collectives and p2p, all ranks.
+    Dims as `diff` names them (a 1-D mesh that reuses the default group takes its dim's name)."""
+    from analyzer.normalize import group_keys
+    from analyzer.summary import comm_events
+
+    ev = (comm_events(trace).join(group_keys(trace).select("gid", "dim"), left_on="group", right_on="gid",
+                                  how="left")
+          .with_columns(dim=pl.col("dim").fill_null("-"),
+                        phase=pl.col("phase").cast(pl.String).fill_null("unknown")))
+    agg = [pl.len().cast(pl.Int64).alias("calls"), pl.col("bytes").sum().cast(pl.Int64)]
+    volume = ev.group_by("dim", "op", "phase").agg(*agg).sort("dim", "op", "phase")
+    per_step = ev.group_by("step", "dim").agg(*agg).sort("step", "dim")
+    return volume, per_step
+
+
+def merged_findings(checked: list[Finding], hang_found: list[Finding]) -> list[Finding]:
+    """check's findings plus hang's root causes, each cycle once (both report it)."""
+    seen = {(f.kind, tuple(sorted(f.culprit_ranks))) for f in checked}
+    return checked + [f for f in hang_found if (f.kind, tuple(sorted(f.culprit_ranks))) not in seen]
+
+
+def build_report(trace: Trace, inputs: ReportInputs) -> Report:
+    from analyzer.checks import run_checks
+    from analyzer.summary import summarize
+
+    checked = run_checks(trace)
+    hang, frontier, hang_found = None, [], []
+    if may_hang(trace, checked):
+        from analyzer.hang import analyze, frontier_rows
+
+        hang = analyze(trace, inputs.expected, inputs.eager_bytes)
+        frontier, hang_found = frontier_rows(trace, hang), hang.findings
+    volume, per_step = volume_frames(trace)
+    diff = None
+    if inputs.other is not None:
+        from analyzer.diff import diff_traces
+
+        diff = diff_traces(trace, inputs.other)
+    return Report(trace=trace, inputs=inputs, findings=merged_findings(checked, hang_found), hang=hang,
+                  frontier=frontier, volume=volume, per_step=per_step, summary=summarize(trace), diff=diff)
