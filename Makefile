@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine:
-#   make demo   record an example job, check it, diff it against its golden, summarize it
+#   make demo   record an example job, check it, diff it against its golden, summarize it,
+#               and write its HTML report to out/demo.html
 #   make test   run the test suite
 # Each creates .venv and installs torch==2.13.0 (CPU wheel) first when needed: an unpinned
 # torch can pull a multi-GB CUDA build.
@@ -24,6 +25,7 @@ demo: $(STAMP)
 	$(BIN)/analyzer check out/demo.trace
 	$(BIN)/analyzer diff out/demo.trace traces/hsdp_tp.trace
 	$(BIN)/analyzer summary out/demo.trace
+	$(BIN)/analyzer report out/demo.trace --diff traces/hsdp_tp.trace -o out/demo.html
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
