@@ -51,11 +51,17 @@ class Page:
             raise RuntimeError(f"{expression}: {res['exceptionDetails'].get('text')}")
         return res["result"].get("value")
 
-    def screenshot(self, path: str, width: int = 1280, max_height: int | None = None) -> tuple[int, int]:
-        """A PNG of the whole page (or its top max_height CSS pixels) at `width`; returns its size."""
+    def screenshot(self, path: str, width: int = 1280, max_height: int | None = None,
+                   until: str | None = None) -> tuple[int, int]:
+        """A PNG of the page at `width` CSS pixels: all of it, or down to the bottom of the element
+        matching the CSS selector `until`, at most max_height pixels; returns its size."""
         self.browser.call("Emulation.setDeviceMetricsOverride",
                           {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": False}, self.session)
         height = int(self.evaluate("document.documentElement.scrollHeight"))
+        if until:
+            bottom = self.evaluate(f"document.querySelector({json.dumps(until)}).getBoundingClientRect().bottom"
+                                   " + window.scrollY")
+            height = min(height, int(bottom) + 24)
         if max_height:
             height = min(height, max_height)
         res = self.browser.call("Page.captureScreenshot", {

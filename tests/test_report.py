@@ -25,8 +25,8 @@ from headless_chromium import Chromium, find_chromium  # noqa: E402
 GOLDEN = os.path.join(REPO, "traces", "hsdp_tp.trace")
 FSDP = os.path.join(REPO, "traces", "fsdp.trace")
 FIGURES = ("waitfor", "plot-volume", "plot-steps", "plot-diff")
-needs_chromium = pytest.mark.skipif(find_chromium() is None,
-                                    reason="chromium not installed (CI installs it in .ci/run: apt-get install chromium)")
+needs_chromium = pytest.mark.skipif(
+    find_chromium() is None, reason="chromium not installed (CI installs it in .ci/run: apt-get install chromium)")
 
 
 def analyzer(*args, cwd=None):

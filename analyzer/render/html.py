@@ -34,8 +34,15 @@ def ranks_brief(ranks, limit: int = 90) -> str:
     return text[:text.rfind(",", 0, limit)] + f", … ({len(list(ranks))} ranks)"
 
 
-def table(headers: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "") -> str:
-    """Cells are escaped here, except those passed as Raw (already HTML)."""
+class Raw(str):
+    """A table cell that is already HTML."""
+
+
+def table(headers: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "",
+          total: int | None = None) -> str:
+    """An HTML table of the first MAX_ROWS rows (of `total`, default all given). Cells are
+    escaped here, except Raw ones (already HTML); `numeric` columns align right."""
+    total = len(rows) if total is None else total
     head = "".join(f'<th class="num">{esc(h)}</th>' if i in numeric else f"<th>{esc(h)}</th>"
                    for i, h in enumerate(headers))
     body = []
@@ -43,13 +50,9 @@ def table(headers: list[str], rows: list[list], numeric: set[int] = frozenset(),
         cells = "".join(f'<td{" class=num" if i in numeric else ""}>{c if isinstance(c, Raw) else esc(c)}</td>'
                         for i, c in enumerate(row))
         body.append(f"<tr>{cells}</tr>")
-    more = (f'<p class="more">… and {len(rows) - MAX_ROWS} more rows (see <code>--json</code>)</p>'
-            if len(rows) > MAX_ROWS else "")
+    more = (f'<p class="more">… and {total - MAX_ROWS} more rows (see <code>--json</code>)</p>'
+            if total > MAX_ROWS else "")
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{more}'
-
-
-class Raw(str):
-    """A table cell that is already HTML."""
 
 
 def section(anchor: str, title: str, body: str, lead: str = "") -> str:
@@ -136,8 +139,13 @@ def hang_section(report, picture) -> str:
                     f"({picture.drawn} ranks drawn)." if picture.omitted else "")
         parts.append(figure(picture.svg, "Wait-for graph: an arrow <b>r → m</b> means rank r waits for rank m. "
                             f"{esc(hang.semantics.capitalize())} semantics.{left_out}", "waitfor"))
-    rows = [[r["what"], r["group"], ranks_brief(r["blocked"]), ranks_brief(r["missing"])] for r in report.frontier]
-    parts.append("<h3>Stuck frontier</h3>" + table(["blocked in", "group", "blocked ranks", "waiting for"], rows))
+    shown = report.frontier[:MAX_ROWS]
+    waited = waited_ops(report, [r["blocked"][0] for r in shown])
+    # hang names a rank blocked at a wait "op #n": say which op it waits on
+    rows = [[f"wait on {waited[r['blocked'][0]]}{r['what'][2:]}" if r["blocked"][0] in waited else r["what"],
+             r["group"], ranks_brief(r["blocked"]), ranks_brief(r["missing"])] for r in shown]
+    parts.append("<h3>Stuck frontier</h3>" + table(["blocked in", "group", "blocked ranks", "waiting for"], rows,
+                                                    total=len(report.frontier)))
     lead = (f"{len(hang.stuck)} rank{'s' if len(hang.stuck) != 1 else ''} stuck ({esc(hang.semantics)}): "
             f"{esc(ranks_brief(hang.stuck))}. Root causes are listed under <a href=\"#findings\">Findings</a>.")
     return section("hang", "Hang and deadlock analysis", "".join(parts), lead)
@@ -179,20 +187,12 @@ def summary_section(report) -> str:
 
 def render(report) -> str:
     """The whole page as one string."""
-    from analyzer.checks.common import group_table
-    from analyzer.checks.ordering import key_text
     from analyzer.render import plots, waitgraph
     from analyzer.render.html_diff import diff_section
 
     picture = None
     if report.hang is not None and report.hang.hung:
-        groups = group_table(report.trace)
-        notes = {r: f"{key_text(b.key, groups, b.event['op'] if b.event['op'] != 'wait' else 'op')}\n"
-                    f"{os.path.basename(str(b.event.get('frame') or '?'))}" for r, b in report.hang.stuck.items()}
-        for f in report.hang.findings:
-            if f.kind == "stalled_rank":
-                notes[f.culprit_ranks[0]] = f"never entered\n{f.extra.get('never_entered', '?')}"
-        picture = waitgraph.draw(report.hang, notes)
+        picture = waitgraph.draw(report.hang, lambda rank: node_note(report, rank))
     body = [header(report), _nav(report), cards(report), findings_section(report), hang_section(report, picture),
             volume_section(report, plots.volume_by_dim_op_phase(report.volume),
                            plots.volume_by_step(report.per_step))]
@@ -207,6 +207,39 @@ def render(report) -> str:
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>"
             + "\n".join(body) + "</main></body></html>\n")
+
+
+def waited_ops(report, ranks: list[int]) -> dict[int, str]:
+    """For the given stuck ranks blocked at a `wait`: the op it waits on (one join, any count)."""
+    import polars as pl
+
+    refs = [(r, report.hang.stuck[r].event["ref"]) for r in ranks
+            if r in report.hang.stuck and report.hang.stuck[r].event["op"] == "wait"]
+    if not refs:
+        return {}
+    want = pl.DataFrame(refs, schema={"rank": pl.Int32, "idx": pl.Int32}, orient="row")
+    found = want.join(report.trace.events.select("rank", "idx", "op"), on=["rank", "idx"], how="inner")
+    return {r: str(op) for r, _, op in found.iter_rows()}
+
+
+def node_note(report, rank: int) -> str:
+    """What a rank of the wait-for graph is blocked in and where (short: it sits under a node), or
+    what it never entered."""
+    import polars as pl
+
+    hang = report.hang
+    b = hang.stuck.get(rank)
+    if b is None:
+        stalled = [f for f in hang.findings if f.kind == "stalled_rank" and f.culprit_ranks == [rank]]
+        return f"never entered\n{stalled[0].extra.get('never_entered', '?')}" if stalled else ""
+    op = b.event["op"]
+    if op == "wait":
+        op = "wait on " + waited_ops(report, [rank]).get(rank, "op")
+    labels = report.trace.groups.filter(pl.col("gid") == b.key[1])["label"]
+    group = labels[0] if len(labels) else "?"
+    what = (f"{op} #{b.key[2]} on {group}" if b.key[0] == "c"
+            else f"{op} #{b.key[4]} {b.key[2]}→{b.key[3]} on {group}")
+    return f"{what}\n{os.path.basename(str(b.event.get('frame') or '?'))}"
 
 
 def _nav(report) -> str:

@@ -38,7 +38,9 @@ tbody tr:nth-child(even) { background: #fbfcfd; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 code { font: 12px/1.4 ui-monospace, "SFMono-Regular", "DejaVu Sans Mono", Menlo, Consolas, monospace;
        overflow-wrap: anywhere; }
+table.findings td:nth-child(3) { min-width: 110px; overflow-wrap: normal; }
 table.findings td:nth-child(5) { min-width: 320px; }
+table.findings td:nth-child(6) { min-width: 210px; }
 table.findings .r { color: var(--dim); font-size: 12px; }
 .kind { font-weight: 700; color: var(--bad); white-space: nowrap; }
 .run { font-weight: 700; } .run.inserted { color: var(--good); } .run.removed { color: var(--bad); }

@@ -20,6 +20,8 @@ PHASE_COLOURS = {"forward": "#4c78a8", "backward": "#f58518", "optimizer": "#54a
                  "unknown": "#9d755d"}
 PHASE_ORDER = ("forward", "backward", "optimizer", "other", "unknown")
 SIDE_COLOURS = {"A": "#9aa5b1", "B": "#4c78a8"}
+DIM_COLOURS = ("#2a9d8f", "#8e6bbf", "#e9b949", "#d1495b", "#66a182", "#00798c", "#9c6644", "#5c6b73")
+"""Mesh dims: unlike the phase colours, so two neighbouring charts never use one colour for two things."""
 MAX_BARS = 30
 """Rows of the dim x op chart; the smallest rest are summed into one "other" row."""
 RC = {"svg.fonttype": "none", "font.size": 10, "font.family": "sans-serif",
@@ -114,14 +116,14 @@ def volume_by_step(per_step: pl.DataFrame) -> str | None:
     cell = {(r["step"], r["dim"]): r["bytes"] for r in per_step.iter_rows(named=True)}
     div, unit = unit_of(max(sum(cell.get((s, d), 0) for d in dims) for s in steps))
     with matplotlib.rc_context(RC):
-        colours = matplotlib.colormaps["tab10"]
         fig = figure(9.5, 3.2)
         ax = fig.add_subplot()
         x = list(range(len(steps)))
         bottom = [0.0] * len(steps)
         for i, dim in enumerate(dims):
             heights = [cell.get((s, dim), 0) / div for s in steps]
-            ax.bar(x, heights, bottom=bottom, color=colours(i % 10), label=dim, width=0.55 if len(x) > 1 else 0.3)
+            ax.bar(x, heights, bottom=bottom, color=DIM_COLOURS[i % len(DIM_COLOURS)], label=dim,
+                   width=0.55 if len(x) > 1 else 0.3)
             bottom = [a + b for a, b in zip(bottom, heights)]
         ax.set_xticks(x, [str(s) for s in steps])
         ax.set_xlabel("step (optimizer steps completed before the op)")

@@ -124,8 +124,9 @@ def ordered(pos: dict, shown: nx.DiGraph, folds: dict) -> dict:
     return out
 
 
-def draw(hang, notes: dict[int, str] | None = None) -> WaitPicture | None:
-    """The picture of `hang` (analyzer.hang.HangReport), or None when no rank waits on another."""
+def draw(hang, note=None) -> WaitPicture | None:
+    """The picture of `hang` (analyzer.hang.HangReport), or None when no rank waits on another.
+    `note(rank) -> str`: the text under a drawn rank (asked only for the ranks that get one)."""
     graph: nx.DiGraph = hang.graph
     if graph.number_of_edges() == 0:
         return None
@@ -151,7 +152,8 @@ def draw(hang, notes: dict[int, str] | None = None) -> WaitPicture | None:
     labelled = len(ranks) <= LABELLED
     size = 900 if labelled else 560
     with matplotlib.rc_context(RC):
-        fig = figure(9.5, 4.8 if only_cycle else min(11.0, max(3.6, 0.5 * tallest + 1.4)))
+        per_node = 1.1 if labelled else 0.5  # a note under each node needs the room
+        fig = figure(9.5, 4.8 if only_cycle else min(11.0, max(3.6, per_node * tallest + 1.2)))
         ax = fig.add_subplot()
         ax.set_axis_off()
         nx.draw_networkx_nodes(shown, pos, nodelist=ranks, node_color=[COLOURS[role[n]] for n in ranks],
@@ -172,14 +174,16 @@ def draw(hang, notes: dict[int, str] | None = None) -> WaitPicture | None:
                                        arrowsize=13, connectionstyle="arc3,rad=0.12", node_size=size, ax=ax)
         for n in ranks:
             root = role[n] in ("cycle", "stalled")
-            if not notes or n not in notes or not (labelled or root):
+            text = note(n) if note is not None and (labelled or root) else ""
+            if not text:
                 continue
             # root causes of a layered picture sit in the right-most column: their note goes right,
             # clear of the arrows coming in from the left; other notes go under their node
             right = root and not only_cycle
-            ax.annotate(notes[n], pos[n], xytext=(16, 0) if right else (0, -17), textcoords="offset points",
+            ax.annotate(text, pos[n], xytext=(16, 0) if right else (0, -17), textcoords="offset points",
                         ha="left" if right else "center", va="center" if right else "top", fontsize=7.5,
-                        color="#333333", bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})
+                        color="#333333", bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
+                        zorder=0.5)  # under nodes and arrows: a long note never hides a neighbour
         ax.margins(x=0.16, y=0.2 if only_cycle else 0.1)
         if not only_cycle:  # room on the right for the root causes' notes
             lo, hi = ax.get_xlim()
