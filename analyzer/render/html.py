@@ -94,7 +94,7 @@ def cards(report) -> str:
         if d.equal:
             out.append(_card("good", "same comm pattern", f"as {report.inputs.other_source}", "#diff"))
         else:
-            what = (f"{len(d.divergences)} rank class{'es' if len(d.divergences) != 1 else ''} diverge"
+            what = (f"{len(d.divergences)} rank class{'es diverge' if len(d.divergences) != 1 else ' diverges'}"
                     if d.streams_compared else "world sizes differ")
             out.append(_card("bad", "comm pattern differs", f"{what} from {report.inputs.other_source}", "#diff"))
     total = int(report.volume["bytes"].sum()) if report.volume.height else 0
