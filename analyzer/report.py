@@ -18,11 +18,17 @@ in Python would only confirm it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from analyzer.findings import Finding
 from analyzer.load import Trace
+
+if TYPE_CHECKING:  # imported where used: `analyzer --help` stays light
+    from analyzer.diff import Diff
+    from analyzer.hang import HangReport
+    from analyzer.summary import Summary
 
 BLOCKING_KINDS = frozenset({"missing_collective", "unmatched_p2p", "deadlock_cycle", "missing_rank"})
 """Finding kinds after which some rank may wait forever."""
@@ -44,25 +50,24 @@ class ReportInputs:
 
 @dataclass(kw_only=True, slots=True)
 class Report:
+    """Everything the page shows, computed; analyzer.render.html only lays it out."""
+
     trace: Trace
     inputs: ReportInputs
     findings: list[Finding]
     """check's findings, then hang's root causes that check did not already report."""
-    hang: object | None = None
-    """analyzer.hang.HangReport, or None where no rank can block (see the module doc)."""
+    hang: HangReport | None = None
+    """None where no rank can block (see the module doc)."""
     frontier: list[dict] = field(default_factory=list)
+    """Per stuck collective instance: who is blocked in it, whom they wait for (hang's table)."""
     volume: pl.DataFrame
     """dim, op, phase, calls, bytes: collectives and p2p summed over all ranks."""
     per_step: pl.DataFrame
     """step, dim, calls, bytes."""
-    summary: object
-    """analyzer.summary.Summary (rank classes)."""
-    diff: object | None = None
-    """analyzer.diff.Diff against inputs.other."""
-
-    @property
-    def check_count(self) -> int:
-        return sum(1 for f in self.findings if f.kind != "stalled_rank")
+    summary: Summary
+    """Rank classes, as `analyzer summary` prints them."""
+    diff: Diff | None = None
+    """Against inputs.other."""
 
 
 def may_hang(trace: Trace, found: list[Finding]) -> bool:

@@ -18,6 +18,10 @@ from analyzer.render.html_style import CSS
 
 MAX_ROWS = 200
 """Rows per table; the count of the rest is said under it."""
+MAX_FRAMES = 8
+"""User frames listed per finding."""
+MAX_MESSAGE = 1500
+"""Characters of a finding's message shown."""
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
@@ -66,12 +70,17 @@ def figure(svg: str | None, caption: str, anchor: str) -> str:
     return f'<figure id="{anchor}">{svg}<figcaption>{caption}</figcaption></figure>'
 
 
+def event_count(report) -> int:
+    """Events in the trace, from the summary's rank classes (no pass over the events)."""
+    return sum(len(c["ranks"]) * c["events"] for c in report.summary.classes.iter_rows(named=True))
+
+
 def header(report) -> str:
     t = report.trace
     h = t.header
     program = (h.get("config") or {}).get("program") or os.path.basename(report.inputs.source)
     facts = [f"world size {h['world_size']}", f"mode {h.get('mode')}", f"torch {h.get('torch') or '?'}",
-             f"{len(t.ranks)} rank streams", f"{t.events.height:,} events", f"{t.groups.height} process groups"]
+             f"{len(t.ranks)} rank streams", f"{event_count(report):,} events", f"{t.groups.height} process groups"]
     notes = "".join(f'<li>{esc(n)}</li>' for n in t.notes)
     return (f'<header><h1>commtrace report <span class="prog">{esc(program)}</span></h1>'
             f'<p class="facts"><code>{esc(report.inputs.source)}</code> · {" · ".join(esc(f) for f in facts)}</p>'
@@ -113,12 +122,17 @@ def findings_section(report) -> str:
                                                "match on every rank.</p>")
     rows = []
     for f in report.findings:
+        # a cycle through a thousand ranks has a thousand frames and a very long message: cut both
+        ranked = [(r, fr) for r, fr in sorted(f.frames.items()) if r >= 0 and fr and fr != "-"]
         frames = "".join(f"<div><span class=r>rank {esc(r)}</span> <code>{esc(fr)}</code></div>"
-                         for r, fr in sorted(f.frames.items()) if r >= 0 and fr and fr != "-")
+                         for r, fr in ranked[:MAX_FRAMES])
+        if len(ranked) > MAX_FRAMES:
+            frames += f'<div class="more">… and {len(ranked) - MAX_FRAMES} more ranks</div>'
         if -1 in f.frames:
             frames = f"<div><span class=r>majority</span> <code>{esc(f.frames[-1])}</code></div>" + frames
+        message = f.message if len(f.message) <= MAX_MESSAGE else f.message[:MAX_MESSAGE] + " … (see --json)"
         rows.append([Raw(f'<span class="kind">{esc(f.kind)}</span>'), ranks_brief(f.culprit_ranks),
-                     group_text(f.group), "-" if f.seq is None else f.seq, f.message, Raw(frames)])
+                     group_text(f.group), "-" if f.seq is None else f.seq, message, Raw(frames)])
     counts = {}
     for f in report.findings:
         counts[f.kind] = counts.get(f.kind, 0) + 1
@@ -218,7 +232,12 @@ def waited_ops(report, ranks: list[int]) -> dict[int, str]:
     if not refs:
         return {}
     want = pl.DataFrame(refs, schema={"rank": pl.Int32, "idx": pl.Int32}, orient="row")
-    found = want.join(report.trace.events.select("rank", "idx", "op"), on=["rank", "idx"], how="inner")
+    trace = report.trace
+    # a pattern-coded Trace gathers just these columns of these ranks; else the events frame
+    select = getattr(trace, "select", None)
+    ops = (select("rank", "idx", "op", ranks=sorted({r for r, _ in refs})) if select is not None
+           else trace.events.select("rank", "idx", "op"))
+    found = want.join(ops, on=["rank", "idx"], how="inner")
     return {r: str(op) for r, _, op in found.iter_rows()}
 
 
