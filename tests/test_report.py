@@ -75,11 +75,17 @@ def test_healthy_report_has_plots_and_no_graph(tmp_path):
 
 
 def test_user_text_is_escaped():
+    """Notes, paths and group descriptions are user text: escaped in the tables and in the plots'
+    SVG, and a `$` is not mathtext to matplotlib."""
+    import polars as pl
+
     t = load(FSDP)
     t.notes.append("<script>alert('note')</script>")
+    t.groups = t.groups.with_columns(label=pl.lit("<i>dp</i> $x_1$ & co"))
     page = render(build_report(t, ReportInputs(source="<b>evil</b>.trace")))
     assert "<script" not in page and "&lt;script&gt;alert(&#x27;note&#x27;)&lt;/script&gt;" in page
     assert "<b>evil</b>" not in page and "&lt;b&gt;evil&lt;/b&gt;.trace" in page
+    assert "<i>" not in page and "&lt;i&gt;dp&lt;/i&gt; $x_1$ &amp; co" in page
 
 
 def test_stalled_rank_among_64_is_drawn_folded(recorded):

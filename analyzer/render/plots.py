@@ -4,7 +4,9 @@ Imported only on the report's path (matplotlib costs ~0.3 s to import; `analyzer
 stay fast). Figures are built without pyplot (no global figure registry, no GUI backend) and
 under a local rc context, so importing this module from a notebook changes nothing there. SVG
 text stays text (`svg.fonttype = none`): smaller, sharp at any zoom, searchable in the page;
-ids are salted per figure so several SVGs inline in one page never share an id.
+ids are salted per figure so several SVGs inline in one page never share an id. User text
+(mesh dims, frames) is never read as mathtext (a `$` in a frame stays a `$`), and matplotlib's
+SVG writer escapes it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ DIM_COLOURS = ("#2a9d8f", "#8e6bbf", "#e9b949", "#d1495b", "#66a182", "#00798c",
 """Mesh dims: unlike the phase colours, so two neighbouring charts never use one colour for two things."""
 MAX_BARS = 30
 """Rows of the dim x op chart; the smallest rest are summed into one "other" row."""
-RC = {"svg.fonttype": "none", "font.size": 10, "font.family": "sans-serif",
+RC = {"svg.fonttype": "none", "text.parse_math": False, "font.size": 10, "font.family": "sans-serif",
       "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial", "Liberation Sans"],
       "axes.spines.top": False, "axes.spines.right": False, "axes.titlesize": 11, "axes.titleweight": "bold",
       "legend.frameon": False, "svg.image_inline": True}
