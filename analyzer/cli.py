@@ -7,7 +7,8 @@ import sys
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Analyze commtrace traces (and Flight Recorder dumps): summary, checks, diffs.")
+                  help="Analyze commtrace traces (and Flight Recorder dumps): summary, checks, hangs, "
+                       "diffs, an HTML report, exports (Perfetto, parquet, JSON).")
 
 
 @app.callback()
