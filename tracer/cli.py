@@ -40,9 +40,17 @@ def record(
     out: str = typer.Option(None, "--out", "-o", help="Output .trace (default: <script>.trace)."),
     timeout: float = typer.Option(0, "--timeout", help="Kill a rank after this many seconds (0: never); "
                                                       "what it recorded is kept."),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="Ranks recorded at once (default: one per core)."),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="Ranks recorded at once (default: one per core, or "
+                                                      "the Ray cluster's CPUs)."),
+    compute: str = typer.Option(None, "--compute", help="Tensor math: real, fake (FakeTensorMode: shapes only; "
+                                "ranks that read a tensor value are re-recorded for real) or auto (default)."),
+    executor: str = typer.Option("local", "--executor", help="Where ranks run: local (process pool) or ray "
+                                 "(tasks on a Ray cluster; parts go to a shared filesystem)."),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to use with --executor ray "
+                                    "(default: $RAY_ADDRESS, else a local Ray cluster)."),
 ) -> None:
     """Record a job config or a program; arguments after `--` go to the program."""
+    from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
     from tracer.program import Program
     from tracer.record import parse_ranks, record as run_record
@@ -51,7 +59,8 @@ def record(
         ctx.args.insert(0, config)  # `--script x.py -- ARGS`: click hands the first ARG to CONFIG
         config = None
     if config is not None:
-        _record_config(config, script, entrypoint, world_size, mode, ranks, out, timeout, jobs, list(ctx.args))
+        run = dict(timeout=timeout or None, jobs=jobs or None, executor=executor, ray_address=ray_address)
+        _record_config(config, script, entrypoint, world_size, mode, ranks, out, compute, run, list(ctx.args))
         return
     mode = mode or "fake"
     ranks = ranks or "all"
@@ -67,17 +76,18 @@ def record(
         if world_size < 1:
             raise ValueError(f"--world-size must be at least 1, got {world_size}")
         rank_list = parse_ranks(ranks, world_size)
+        used, why = resolve_compute(compute or "auto", ALIASES[mode])
     except ValueError as e:
         _fail(str(e))
     out = out or (os.path.splitext(os.path.basename(script))[0] if script else entrypoint.split(":")[-1]) + ".trace"
-    result = run_record(program, world_size=world_size, out=out, mode=ALIASES[mode], ranks=rank_list,
-                        timeout=timeout or None, jobs=jobs or None)
-    _report(result)
+    _run(run_record, program, world_size=world_size, out=out, mode=ALIASES[mode], ranks=rank_list, compute=used,
+         compute_why=why, timeout=timeout or None, jobs=jobs or None, executor=executor, ray_address=ray_address)
 
 
-def _record_config(path, script, entrypoint, world_size, mode, ranks, out, timeout, jobs, extra) -> None:
+def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compute, run, extra) -> None:
     """`tracer record CONFIG.toml`: options given on the command line override the TOML."""
     from tracer import config as config_mod
+    from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
     from tracer.record import parse_ranks, record as run_record
 
@@ -99,16 +109,26 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, timeo
     mode = ALIASES[mode or cfg.comm.mode]
     try:
         config_mod.check_mode(cfg, mode)
+        used, why = resolve_compute(compute or cfg.tracer.compute, mode, cfg)
     except ValueError as e:
         _fail(f"{path}: {e}")
     out = out or cfg.tracer.output or os.path.splitext(os.path.basename(path))[0] + ".trace"
     snapshot = dict(cfg.to_dict(), config_file=path)
-    result = run_record(program, world_size=cfg.world_size, out=out, mode=mode, ranks=rank_list,
-                        config=snapshot, timeout=timeout or None, jobs=jobs or None)
+    _run(run_record, program, world_size=cfg.world_size, out=out, mode=mode, ranks=rank_list, config=snapshot,
+         compute=used, compute_why=why, **run)
+
+
+def _run(run_record, program, **kwargs) -> None:
+    try:
+        result = run_record(program, **kwargs)
+    except ValueError as e:  # e.g. the Ray cluster cannot be reached
+        _fail(str(e))
     _report(result)
 
 
 def _report(result) -> None:
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
     n = sum(result.n_events.values())
     typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}",
                err=True)
@@ -122,20 +142,18 @@ def _report(result) -> None:
 
 
 @app.command()
-def merge(parts: str = typer.Argument(..., help="Folder of rank_*.part files (OUT.trace.parts)."),
+def merge(inputs: list[str] = typer.Argument(..., metavar="PARTS...", help="Folders of rank_*.part files "
+                                            "(OUT.trace.parts), .part files, or partial .trace files (shards)."),
           out: str = typer.Option(..., "--out", "-o", help="Output .trace.")) -> None:
-    """Join per-rank parts (e.g. of an interrupted or sharded recording) into one trace."""
-    import glob
-
+    """Join per-rank parts and shards (of an interrupted or sharded recording) into one trace."""
     from tracer import format as fmt
     from tracer import parts as trace_parts
+    from tracer.record import collect_parts
 
-    files = sorted(glob.glob(os.path.join(parts, "*.part")))
-    if not files:
-        _fail(f"{parts}: no .part files")
     try:
+        files = collect_parts(inputs)
         summary = trace_parts.merge(files, out)
-    except fmt.TraceFormatError as e:
+    except (ValueError, fmt.TraceFormatError) as e:
         _fail(str(e))
     for note in summary.notes:
         typer.echo(f"note: {note}", err=True)

@@ -137,6 +137,9 @@ class TracerSection:
     """Ranks to record: "all", "0,3,8-15" or a list."""
     output: str | None = None
     """Trace file to write (default: CONFIG.trace next to where tracer runs)."""
+    compute: str = "auto"
+    """Tensor math: "real", "fake" (FakeTensorMode, shapes only; ranks that read a tensor value
+    are re-recorded with real compute) or "auto" (see tracer/compute.py)."""
 
 
 @dataclass(kw_only=True, slots=True)

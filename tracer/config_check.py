@@ -25,6 +25,8 @@ def check(cfg: JobConfig) -> None:
     if p.fsdp_reshard_after_forward not in ("default", "always", "never", True, False):
         raise ValueError(f"parallelism.fsdp_reshard_after_forward must be \"default\", \"always\", \"never\" "
                          f"or a bool, got {p.fsdp_reshard_after_forward!r}")
+    if cfg.tracer.compute not in ("auto", "fake", "real"):
+        raise ValueError(f"tracer.compute must be \"auto\", \"fake\" or \"real\", got {cfg.tracer.compute!r}")
     if cfg.tracer.world_size < 0:
         raise ValueError(f"tracer.world_size must be at least 1, got {cfg.tracer.world_size}")
     if not cfg.builtin:  # a user's program: the parallel degrees are its business

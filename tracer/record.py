@@ -1,27 +1,25 @@
-"""Run the recording jobs across the cores and merge their parts into one .trace.
+"""Run the recording jobs on an executor and merge their parts into one .trace.
 
-fake mode: one process per simulated rank, at most `jobs` at a time, forked from a server
-that imported torch once. local mode: one process for all ranks. Each process streams its
-ranks' events into `OUT.parts/rank_NNNNN.part` (one write per event), so a crash, a hang
-or a SIGKILL keeps everything recorded so far; `merge` joins the parts afterwards.
+fake mode: one job (process) per simulated rank; local mode: one job for all ranks. The
+executor (tracer/executors: the local process pool, or Ray) runs them, at most `jobs` at a
+time. Each process streams its ranks' events into `OUT.parts/rank_NNNNN.part` (one write per
+event), so a crash, a hang or a SIGKILL keeps everything recorded so far; `merge` joins the
+parts afterwards. Ranks that fake compute could not record (they read a tensor value) are
+recorded again with real compute.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import glob
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 
+from tracer import executors
 from tracer import parts as trace_parts
-from tracer.modes.run import Job
+from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
-
-# imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take ~1 s
-_PRELOAD = ["torch", "torch.distributed", "tracer.capture.patches", "tracer.modes.run", "torch.distributed.tensor",
-            "torch.distributed.fsdp", "torch.distributed.pipelining", "tracer.workloads.train"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -36,6 +34,10 @@ class RecordResult:
     """One line per rank that did not finish cleanly."""
     seconds: float = 0.0
     """Wall time of the recording."""
+    compute: dict[int, str] = field(default_factory=dict)
+    """"fake" or "real" per rank: how its tensor math ran."""
+    notes: list[str] = field(default_factory=list)
+    """Things the user should know (e.g. ranks re-recorded with real compute), one line each."""
 
 
 def parse_ranks(spec: str, world_size: int) -> list[int]:
@@ -59,52 +61,60 @@ def parse_ranks(spec: str, world_size: int) -> list[int]:
     return sorted(ranks)
 
 
-def _child(job: Job, log_path: str) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    from tracer.modes.run import run_job
-
-    code = run_job(job)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def record(program: Program, *, world_size: int, out: str, mode: str = "fake", ranks: list[int] | None = None,
            config: dict | None = None, timeout: float | None = None, jobs: int | None = None,
-           progress: bool = True) -> RecordResult:
+           progress: bool = True, compute: str = "real", compute_why: str = "", executor: str = "local",
+           ray_address: str | None = None) -> RecordResult:
+    """`compute`: "real" or "fake" (fake mode only; see tracer/compute.py), `compute_why` the
+    reason for it, kept in the trace header. `executor`: "local" or "ray" (tracer/executors)."""
     program.check()
     if world_size < 1:
         raise ValueError(f"--world-size must be at least 1, got {world_size}")
     if mode not in ("fake", "local"):
         raise ValueError(f"--mode must be fake or local, got {mode!r}")
+    if compute not in ("fake", "real"):
+        raise ValueError(f"--compute must be fake or real, got {compute!r}")
+    if compute == "fake" and mode != "fake":
+        raise ValueError("--compute fake needs --mode fake (local mode computes every rank with LocalTensor)")
+    if executor not in executors.EXECUTORS:
+        raise ValueError(f"--executor must be one of {', '.join(executors.EXECUTORS)}, got {executor!r}")
     ranks = list(range(world_size)) if ranks is None else ranks
     parts_dir = out + ".parts"
     shutil.rmtree(parts_dir, ignore_errors=True)
     os.makedirs(parts_dir)
+    workers = jobs or os.cpu_count() or 1
     common = dict(program=program, mode=mode, world_size=world_size, parts_dir=parts_dir,
                   config=dict(config or {}, program=program.label, args=program.args, ranks=ranks),
-                  root=os.getcwd())
+                  root=os.getcwd(), threads=_threads(workers, len(ranks) if mode == "fake" else 1))
     if mode == "fake":
-        todo = [Job(ranks=[r], **common) for r in ranks]
+        todo = [Job(ranks=[r], compute=compute, **common) for r in ranks]
     else:
         todo = [Job(ranks=ranks, **common)]
     start = time.perf_counter()
-    exit_codes = _run_all(todo, jobs or os.cpu_count() or 1, timeout, progress, len(ranks))
     result = RecordResult(out=out, ranks=ranks)
+    run = lambda js: executors.run(executor, js, workers=workers, timeout=timeout, progress=progress,
+                                   ray_address=ray_address)
+    outcomes = run(todo)
+    again = [i for i, code in enumerate(outcomes) if code == NEEDS_REAL_COMPUTE]
+    if again:  # fake compute met a tensor value: those ranks again, computing for real
+        _note_fallback(result, [todo[i] for i in again])
+        redo = [Job(ranks=todo[i].ranks, compute="real", **common) for i in again]
+        for i, job, code in zip(again, redo, run(redo)):
+            todo[i], outcomes[i] = job, code
+    result.compute = {r: job.compute for job in todo for r in job.ranks}
     parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in ranks]
     present = [p for p in parts if os.path.exists(p)]
-    summary = trace_parts.merge(present, out, {"world_size": world_size, "mode": mode}) if present else None
-    for job, code in zip(todo, exit_codes):
+    header = {"world_size": world_size, "mode": mode, "compute": _compute_header(result.compute),
+              "compute_why": compute_why if not again else result.notes[-1]}
+    summary = trace_parts.merge(present, out, header) if present else None
+    for job, code in zip(todo, outcomes):
         for r in job.ranks:
             end = summary.ends.get(r) if summary else None
             result.n_events[r] = end["n"] if end else 0
             if end and end["status"] == "ok":
                 continue
-            log = os.path.join(parts_dir, f"job_{job.ranks[0]:05d}.log")
             why = end["error"] if end and end["status"] == "error" else _exit_reason(code, timeout)
-            result.errors[r] = f"rank {r}: {why} (log: {log})"
+            result.errors[r] = f"rank {r}: {why} (log: {executors.log_path(job)})"
     result.seconds = time.perf_counter() - start
     for p in present:
         os.remove(p)
@@ -113,71 +123,86 @@ def record(program: Program, *, world_size: int, out: str, mode: str = "fake", r
     return result
 
 
+def collect_parts(inputs: list[str]) -> list[str]:
+    """What `tracer merge` joins: each input a folder (its *.part files), a .part file or a
+    (partial) .trace, e.g. the shards of a recording split with --ranks. ValueError (one line)
+    when an input is missing or empty, or two of them hold the same rank or world size differs."""
+    from tracer.format import TraceFormatError, read_header
+
+    files: list[str] = []
+    for path in inputs:
+        if os.path.isdir(path):
+            found = sorted(glob.glob(os.path.join(path, "*.part")))
+            if not found:
+                raise ValueError(f"{path}: no .part files")
+            files += found
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise ValueError(f"{path}: no such file or folder")
+    owner: dict[int, str] = {}
+    worlds: dict[int, str] = {}
+    for f in files:
+        try:
+            header = read_header(f)
+        except TraceFormatError as e:
+            raise ValueError(str(e)) from None
+        worlds.setdefault(header.get("world_size"), f)
+        for r in header.get("ranks", []):
+            if r in owner:
+                raise ValueError(f"rank {r} is in both {owner[r]} and {f}")
+            owner[r] = f
+    if len(worlds) > 1:
+        (w1, f1), (w2, f2) = list(worlds.items())[:2]
+        raise ValueError(f"world sizes differ: {w1} in {f1}, {w2} in {f2}")
+    return files
+
+
+def _threads(workers: int, n_jobs: int) -> int:
+    """torch threads per job: the cores shared among the jobs that run at once."""
+    return max(1, (os.cpu_count() or 1) // max(1, min(workers, n_jobs)))
+
+
+def _note_fallback(result: RecordResult, jobs: list[Job]) -> None:
+    ranks = [r for j in jobs for r in j.ranks]
+    why = ""
+    try:  # the first rank's reason, from its part (written before the process exited)
+        from tracer.format import read_trace
+
+        end = read_trace(os.path.join(jobs[0].parts_dir, f"rank_{ranks[0]:05d}.part")).ends.get(ranks[0])
+        why = (end or {}).get("error") or ""
+    except Exception:
+        pass
+    result.notes.append(f"fake compute: {len(ranks)} rank(s) read tensor values it does not have, recorded again "
+                        f"with real compute (ranks {_ranks_text(ranks)}){': ' + why if why else ''}")
+
+
+def _compute_header(per_rank: dict[int, str]) -> str:
+    kinds = set(per_rank.values())
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "fake, real on ranks " + _ranks_text(sorted(r for r, c in per_rank.items() if c == "real"))
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """0-3,7 for [0, 1, 2, 3, 7]."""
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
 def _exit_reason(code: int | None, timeout: float | None) -> str:
     if code == "timeout":
         return f"timed out after {timeout:g} s (killed; events up to then are kept)"
+    if isinstance(code, str):
+        return code  # the executor's own line (e.g. a Ray task that failed)
     if code is None:
         return "did not finish"
     if code < 0:
         return f"killed by signal {-code} (events up to then are kept)"
     return f"exited with status {code}"
-
-
-def _run_all(todo: list[Job], n_workers: int, timeout: float | None, progress: bool, total: int) -> list:
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    codes: list = [None] * len(todo)
-    running: dict[int, tuple] = {}
-    pending = list(range(len(todo)))
-    bar = _Progress(progress, total)
-    try:
-        while pending or running:
-            while pending and len(running) < n_workers:
-                i = pending.pop(0)
-                job = todo[i]
-                log = os.path.join(job.parts_dir, f"job_{job.ranks[0]:05d}.log")
-                proc = ctx.Process(target=_child, args=(job, log), daemon=True)
-                proc.start()
-                running[i] = (proc, time.monotonic())
-            mp.connection.wait([proc.sentinel for proc, _ in running.values()], timeout=0.2)
-            for i, (proc, started) in list(running.items()):
-                if not proc.is_alive():
-                    proc.join()
-                    codes[i] = proc.exitcode
-                    del running[i]
-                    bar.advance(len(todo[i].ranks))
-                elif timeout and time.monotonic() - started > timeout:
-                    proc.kill()
-                    proc.join()
-                    codes[i] = "timeout"
-                    del running[i]
-                    bar.advance(len(todo[i].ranks))
-    finally:
-        for proc, _ in running.values():
-            proc.kill()
-            proc.join()
-        bar.close()
-    return codes
-
-
-class _Progress:
-    """A rich progress bar on a terminal; silent otherwise."""
-
-    def __init__(self, enabled: bool, total: int):
-        self._p = None
-        if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._p = Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TextColumn("ranks"),
-                               TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-            self._p.start()
-            self._task = self._p.add_task("ranks", total=total)
-
-    def advance(self, n: int) -> None:
-        if self._p is not None:
-            self._p.advance(self._task, n)
-
-    def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()

@@ -31,6 +31,17 @@ class Job:
     """Snapshot stored in every header."""
     root: str = ""
     """Folder that user frames are shown relative to."""
+    compute: str = "real"
+    """"real": tensor math runs; "fake": under FakeTensorMode (shapes only, see
+    capture/fake_compute.py). fake mode only."""
+    threads: int = 0
+    """torch intra-op threads for this process (0: torch's default, one per core). Ranks
+    recorded side by side get a share of the cores each: oversubscribed OpenMP threads spin
+    and made a pool of 2 ranks on 2 cores 4x slower than running them one after the other."""
+
+
+NEEDS_REAL_COMPUTE = 4
+"""run_job's exit status when fake compute met a tensor value it does not have."""
 
 
 def torchrun_env(rank: int, world_size: int) -> dict[str, str]:
@@ -41,14 +52,18 @@ def torchrun_env(rank: int, world_size: int) -> dict[str, str]:
 
 
 def run_job(job: Job) -> int:
-    """Run `job` in this process; returns 0 when the program finished, 3 when it raised."""
+    """Run `job` in this process; returns 0 when the program finished, 3 when it raised,
+    NEEDS_REAL_COMPUTE when it read a tensor value under fake compute."""
+    import contextlib
+
+    import torch
     import torch.distributed as dist
 
     from tracer.capture import patches
     from tracer.capture.recorder import Recorder
 
-    import torch
-
+    if job.threads > 0:
+        torch.set_num_threads(job.threads)
     # A dry run computes on whatever bytes the fake collectives leave behind; denormal garbage
     # makes CPU math (Adam's sqrt) up to 100x slower without changing what is communicated.
     torch.set_flush_denormal(True)
@@ -57,7 +72,7 @@ def run_job(job: Job) -> int:
     rec = Recorder(mode=job.mode, world_size=job.world_size, ranks=job.ranks, parts_dir=job.parts_dir,
                    config=job.config, root=job.root or os.getcwd())
     p = patches.Patcher()
-    status, error = "ok", None
+    status, error, code = "ok", None, 3
     try:
         patches.install(p, rec, rank=pg_rank, world_size=job.world_size)
         if job.mode == "local":
@@ -71,13 +86,26 @@ def run_job(job: Job) -> int:
             with LocalTensorMode(job.world_size):
                 job.program.run()
         else:
+            fake = contextlib.nullcontext()
+            if job.compute == "fake":
+                from tracer.capture import fake_compute
+
+                fake_compute.install(p)
+                fake = fake_compute.FakeCompute(rec)
             rec.attribution.install()
-            job.program.run()
+            with fake:
+                job.program.run()
     except SystemExit as e:
         if e.code not in (None, 0):
             status, error = "error", f"the program exited with status {e.code}"
     except BaseException as e:  # the program's own failure: recorded, reported as one line
         status, error = "error", one_line_error(e, rec)
+        if job.compute == "fake":
+            from tracer.capture import fake_compute
+
+            if fake_compute.is_data_dependent(e):
+                status, error = "error", f"needs real compute: {error}"
+                code = NEEDS_REAL_COMPUTE
     finally:
         try:
             rec.attribution.uninstall()
@@ -90,7 +118,7 @@ def run_job(job: Job) -> int:
             except Exception:
                 pass
         p.undo()
-    return 0 if status == "ok" else 3
+    return 0 if status == "ok" else code
 
 
 def one_line_error(e: BaseException, rec) -> str:

@@ -33,7 +33,9 @@ class StaticStage(PipelineStage):
 
     def _warmup_backward_result(self, received_result=None):
         super()._warmup_backward_result(received_result)
-        return torch.ones(1, dtype=torch.int32)
+        # a literal, not torch.ones: under fake compute FakeTensorMode knows a literal's value
+        # (the schedule reads it with .item())
+        return torch.tensor([1], dtype=torch.int32)
 
 
 def stage_ids(cfg: JobConfig, pp_rank: int) -> list[int]:

@@ -1,0 +1,68 @@
+"""Where the per-rank recording jobs run: an executor takes the jobs and returns one outcome each.
+
+`local` (default): a pool of processes on this machine, forked from a server that imported
+torch once (local.py). `ray`: Ray tasks on a Ray cluster (ray_cluster.py), each running its
+job through the local machinery of the worker it lands on. Both write each rank's part into
+the job's parts folder (shared storage for a cluster); the caller merges them. Neither
+schedules anything itself beyond "at most `workers` at a time".
+
+An outcome is the job process's exit status (0 ok, 3 the program raised, 4 needs real
+compute, < 0 killed by that signal), "timeout" when it was killed after `timeout` seconds, or
+a one-line string saying why it never ran (e.g. a Ray task error).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from tracer.modes.run import Job
+
+EXECUTORS = ("local", "ray")
+
+
+def log_path(job: Job) -> str:
+    """The job's stdout and stderr."""
+    return os.path.join(job.parts_dir, f"job_{job.ranks[0]:05d}.log")
+
+
+def run(name: str, jobs: list[Job], *, workers: int, timeout: float | None, progress: bool,
+        ray_address: str | None = None) -> list:
+    """Run `jobs` on executor `name`; one outcome per job, in order."""
+    bar = Progress(progress, sum(len(j.ranks) for j in jobs))
+    try:
+        if name == "local":
+            from tracer.executors import local
+
+            return local.run(jobs, workers=workers, timeout=timeout, bar=bar)
+        if name == "ray":
+            from tracer.executors import ray_cluster
+
+            return ray_cluster.run(jobs, workers=workers, timeout=timeout, bar=bar, address=ray_address)
+        raise ValueError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
+    finally:
+        bar.close()
+
+
+class Progress:
+    """A rich progress bar on a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool, total: int):
+        self._p = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+            self._p = Bar(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TextColumn("ranks"),
+                          TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._p.start()
+            self._task = self._p.add_task("ranks", total=total)
+
+    def advance(self, n: int) -> None:
+        if self._p is not None:
+            self._p.advance(self._task, n)
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+            self._p = None

@@ -1,0 +1,72 @@
+"""The local executor: at most `workers` jobs at a time, each in its own process forked from a
+server that imported torch and the recording machinery once.
+
+A fresh process per rank is what keeps ranks independent (torch.distributed, DeviceMesh and
+the patches are process-global); forking it from a warm server makes it cost about as much
+as the rank's own work: the server pays the imports (~2 s) once per `tracer record`, or once
+per Ray worker (ray_cluster.py runs its tasks through here).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import sys
+import time
+
+from tracer.executors import Progress, log_path
+from tracer.modes.run import Job
+
+# imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take
+# ~1 s; __main__ (e.g. the tracer CLI script) so that children do not re-run it either
+_PRELOAD = ["__main__", "torch", "torch.distributed", "tracer.capture.patches", "tracer.modes.run",
+            "torch.distributed.tensor", "torch.distributed.fsdp", "torch.distributed.pipelining",
+            "torch._dynamo", "torch._subclasses.fake_tensor", "tracer.capture.fake_compute", "tracer.workloads.train"]
+
+
+def _child(job: Job, log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    from tracer.modes.run import run_job
+
+    code = run_job(job)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress | None = None) -> list:
+    """Run every job in its own process, `workers` at a time; outcome per job (see __init__)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    codes: list = [None] * len(jobs)
+    running: dict[int, tuple] = {}
+    pending = list(range(len(jobs)))
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                i = pending.pop(0)
+                proc = ctx.Process(target=_child, args=(jobs[i], log_path(jobs[i])), daemon=True)
+                proc.start()
+                running[i] = (proc, time.monotonic())
+            mp.connection.wait([proc.sentinel for proc, _ in running.values()], timeout=0.2)
+            for i, (proc, started) in list(running.items()):
+                if not proc.is_alive():
+                    proc.join()
+                    codes[i] = proc.exitcode
+                elif timeout and time.monotonic() - started > timeout:
+                    proc.kill()
+                    proc.join()
+                    codes[i] = "timeout"
+                else:
+                    continue
+                del running[i]
+                if bar is not None:
+                    bar.advance(len(jobs[i].ranks))
+    finally:
+        for proc, _ in running.values():
+            proc.kill()
+            proc.join()
+    return codes

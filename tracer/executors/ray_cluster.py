@@ -1,0 +1,73 @@
+"""The Ray executor (`tracer record --executor ray`): one Ray task per job.
+
+The cluster: `--ray-address`, else the RAY_ADDRESS environment variable, else a local Ray
+cluster started here with `workers` CPUs and shut down afterwards. Each task asks for one CPU
+and runs its job through the local executor of the worker it lands on: in a process forked
+from that worker's fork server (so torch is imported once per worker, not once per rank, and
+every rank still gets a fresh process), killed after `timeout` seconds.
+
+Parts and logs are written to the job's parts folder from wherever the task runs, and the
+driver merges them after the last task: on a real cluster the folder (and the program, and the
+working directory the driver ran in) must be on a filesystem every node shares, and commtrace
+and torch must be installed on every node. Ray does the scheduling, retries nothing (a failed
+rank is reported, as with the local executor), and the driver only waits.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tracer.executors import Progress
+from tracer.modes.run import Job
+
+
+def _task(job: Job, timeout: float | None):
+    """Runs on a Ray worker: one job, through the worker's own fork server."""
+    from tracer.executors import local
+
+    if job.root and os.path.isdir(job.root):
+        os.chdir(job.root)  # relative script and parts paths are the driver's; the child inherits it
+    return local.run([job], workers=1, timeout=timeout)[0]
+
+
+def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress | None = None,
+        address: str | None = None) -> list:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--executor ray needs Ray: pip install 'commtrace[cluster]' (or ray>=2.9)") from None
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    started = not ray.is_initialized()
+    if started:
+        opts = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if address is None:
+            opts["num_cpus"] = workers  # a local cluster of this machine's cores
+        try:
+            ray.init(address=address, **opts)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ValueError(f"--executor ray: cannot reach the Ray cluster at {address}: {_one_line(e)}") from None
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(_task)
+        refs = {remote.remote(job, timeout): i for i, job in enumerate(jobs)}
+        outcomes: list = [None] * len(jobs)
+        pending = list(refs)
+        while pending:
+            # whatever finished within the half second, not one by one: 100k refs stay cheap
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5, fetch_local=False)
+            for ref in done:
+                i = refs[ref]
+                try:
+                    outcomes[i] = ray.get(ref)
+                except Exception as e:  # the worker died, the node went away, ...: this rank's failure
+                    outcomes[i] = f"ray task failed: {type(e).__name__}: {_one_line(e)}"
+                if bar is not None:
+                    bar.advance(len(jobs[i].ranks))
+        return outcomes
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return lines[0] if lines else type(e).__name__
