@@ -264,6 +264,6 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
                        dtype=pl.String),
              pl.Series("record_id", np.concatenate([ranks[r]["record_id"] for r in order]) if order else [],
                        dtype=pl.Int64)]
-    trace.events = trace.events.with_columns(extra)
+    trace.stream = trace.stream.with_columns(extra)
     return trace
 

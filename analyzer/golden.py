@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from tracer import format as fmt
 from tracer import parts as trace_parts
+from tracer.codec import split
 
 DEFAULT_SCRIPT_WORLD_SIZE = 4
 _WORLD_SIZE_IN_DOC = re.compile(r"--world-size\s+(\d+)")
@@ -102,14 +103,16 @@ def canonical(data: fmt.TraceData, root: str, cwd: str) -> fmt.TraceData:
     """What varies between recordings of the same program, made constant: ts = 0, no creation
     time, repository-relative frames and config paths."""
     frame_ids = set()
-    for cols in data.columns.values():
-        cols["ts"] = cols["ts"] * 0.0
-        frame_ids.update(int(f) for f in set(cols["frame"].tolist()) if f >= 0)
+    columns = {}
+    for rank, cols in data.columns.items():
+        cols = columns[rank] = split(cols, fmt.COLUMNS)
+        cols.stream["ts"] = cols.stream["ts"] * 0.0
+        frame_ids.update(int(f) for f in set(cols.patterns["frame"].tolist()) if f >= 0)
     atoms = list(data.atoms)
     for aid in frame_ids:
         atoms[aid] = _portable_frame(atoms[aid], root, cwd)
     header = dict(data.header, created="", config=_portable_config(data.header.get("config") or {}, root, cwd))
-    return fmt.TraceData(header=header, atoms=atoms, groups=data.groups, columns=data.columns, ends=data.ends,
+    return fmt.TraceData(header=header, atoms=atoms, groups=data.groups, columns=columns, ends=data.ends,
                          complete=data.complete)
 
 

@@ -81,8 +81,7 @@ def _stalled(trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGra
 
 def _comm_rows(trace: Trace, rank: int) -> pl.DataFrame:
     ops = [o for o in COMM if o != "wait"]
-    return (trace.events.filter(pl.col("rank") == rank).with_columns(op=pl.col("op").cast(pl.String))
-            .filter(pl.col("op").is_in(ops)).sort("idx")
+    return (trace.select(ops=ops, ranks=[rank]).with_columns(op=pl.col("op").cast(pl.String))
             .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
             .sort("idx"))
 

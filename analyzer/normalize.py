@@ -59,7 +59,7 @@ def group_keys(trace: Trace) -> pl.DataFrame:
 
 def _one_dim_meshes(trace: Trace) -> dict[tuple, str]:
     """Members -> dim name of every 1-D (sub)mesh the trace saw (from the mesh events' info)."""
-    ids = trace.events.filter(pl.col("op") == "mesh")["info"].unique().to_list()
+    ids = trace.patterns.filter(pl.col("op") == "mesh")["info"].unique().to_list()
     out = {}
     for aid in ids:
         info = trace.atom(aid)
@@ -73,14 +73,14 @@ def _flat(x) -> list:
 
 
 def _atom_text(trace: Trace, column: str) -> pl.Expr:
-    """Atom ids of `column` as compact text (one lookup string per atom, one gather)."""
+    """Atom ids of `column` of the pattern table as compact text (one string per atom, one gather)."""
     def text(a):
         if column == "info" and isinstance(a, dict):  # mesh: shape and dims, not absolute ranks
             a = {k: a[k] for k in ("how", "shape", "dims", "api") if k in a}
         return json.dumps(a, separators=(",", ":"), sort_keys=True).replace(" ", "")
 
     lookup = pl.Series([text(a) for a in trace.atoms] + [""], dtype=pl.String)
-    ids = trace.events[column].to_numpy()
+    ids = trace.patterns[column].to_numpy()
     return pl.lit(lookup.gather(np.where(ids < 0, len(trace.atoms), ids))).alias(column + "_text")
 
 
@@ -95,7 +95,9 @@ def normalize(trace: Trace) -> pl.DataFrame:
     """One row per comparable event, in program order per rank: rank, pos (position in the
     rank's comparable stream), idx (position in the trace), sig, op, dim, gkey, bytes,
     module, phase, step, frame."""
-    ev = trace.events.with_columns(_atom_text(trace, c) for c in ("in_shapes", "out_shapes", "splits", "info"))
+    # signatures are a property of the pattern (each pattern row belongs to one rank): built once
+    # per pattern, then gathered onto the events
+    ev = trace.patterns.with_columns(_atom_text(trace, c) for c in ("in_shapes", "out_shapes", "splits", "info"))
     ev = ev.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(sorted(STREAM_OPS)))
     members = _members(trace)
     ev = (ev.join(group_keys(trace), left_on="group", right_on="gid", how="left")
@@ -117,13 +119,16 @@ def normalize(trace: Trace) -> pl.DataFrame:
               pl.when(is_p2p).then(pl.format("tag={}", "tag")).otherwise(pl.lit("")),
               pl.col("splits_text")], separator=" ")).otherwise(pl.col("info_text"))],
         separator=" ").str.replace_all(r" +", " ").str.strip_chars()
-    return (ev.sort("rank", "idx")
-            .select("rank", pos=pl.int_range(pl.len(), dtype=pl.Int32).over("rank"), idx="idx", sig=sig, op="op",
-                    dim=pl.col("dim").fill_null("-"), gkey=pl.col("gkey").fill_null("-"),
-                    bytes=pl.max_horizontal("in_bytes", "out_bytes"),
-                    module=pl.col("module").cast(pl.String).fill_null(""),
-                    phase=pl.col("phase").cast(pl.String).fill_null(""), step="step",
-                    frame=pl.col("frame").cast(pl.String).fill_null("").str.replace(r"^.*[/\\]", "")))
+    per_pattern = ev.select(
+        "code", sig=sig, op="op", dim=pl.col("dim").fill_null("-"), gkey=pl.col("gkey").fill_null("-"),
+        bytes=pl.max_horizontal("in_bytes", "out_bytes"), module=pl.col("module").cast(pl.String).fill_null(""),
+        phase=pl.col("phase").cast(pl.String).fill_null(""),
+        frame=pl.col("frame").cast(pl.String).fill_null("").str.replace(r"^.*[/\\]", ""))
+    rows = trace.with_codes(trace.stream.select("rank", "idx", "code", "step"), per_pattern)
+    rows = trace.with_patterns(rows, *[c for c in per_pattern.columns if c != "code"], table=per_pattern)
+    return rows.select("rank", pos=pl.int_range(pl.len(), dtype=pl.Int32).over("rank"), idx="idx", sig="sig",
+                       op="op", dim="dim", gkey="gkey", bytes="bytes", module="module", phase="phase", step="step",
+                       frame="frame")
 
 
 def rank_streams(norm: pl.DataFrame) -> pl.DataFrame:

@@ -27,7 +27,7 @@ def comm_events(trace: Trace) -> pl.DataFrame:
     """Collective and p2p events with their group label/size and `bytes` = larger buffer side."""
     ops = sorted(COLLECTIVE_OPS | P2P_OPS)
     return (
-        trace.events.filter(pl.col("op").cast(pl.String).is_in(ops))
+        trace.select("rank", "op", "group", "in_bytes", "out_bytes", "phase", "step", ops=ops)
         .join(trace.groups.select("gid", "label", "size"), left_on="group", right_on="gid", how="left")
         .with_columns(bytes=pl.max_horizontal("in_bytes", "out_bytes"), op=pl.col("op").cast(pl.String))
     )
@@ -38,7 +38,7 @@ def summarize(trace: Trace) -> Summary:
     per_rank = (ev.group_by("rank", "label", "size", "op")
                 .agg(calls=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum())
                 .sort("rank", "label", "op"))
-    counts = trace.events.group_by("rank").agg(events=pl.len())
+    counts = trace.stream.group_by("rank").agg(events=pl.len())
     sig = (per_rank.with_columns(row=pl.format("{}|{}|{}|{}", "label", "op", "calls", "bytes"))
            .group_by("rank").agg(sig=pl.col("row").sort().str.join(";")))
     sig = counts.join(sig, on="rank", how="left").with_columns(pl.col("sig").fill_null(""))

@@ -18,12 +18,15 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 import polars as pl
 
 from analyzer.load import Trace
 from tracer.format import COLLECTIVE_OPS
 
 COMM = sorted(COLLECTIVE_OPS | {"send", "recv", "wait"})
+_STREAM_COLUMNS = ("rank", "idx", "op", "group", "seq", "peer", "async_op", "ref", "in_bytes", "frame", "module",
+                   "phase", "step")
 DRY_RUN_MODES = ("fake", "local")  # recordings that never block; anything else is post-mortem
 
 
@@ -47,10 +50,8 @@ class Blocked:
 
 def comm_streams(trace: Trace, skip_groups: set[int] = frozenset()) -> dict[int, list[dict]]:
     """Per rank, its collectives, p2p ops and waits in program order (small traces: dicts)."""
-    ev = (trace.events.with_columns(op=pl.col("op").cast(pl.String))
-          .filter(pl.col("op").is_in(COMM) & ~pl.col("group").is_in(sorted(skip_groups)))
-          .select("rank", "idx", "op", "group", "seq", "peer", "async_op", "ref", "in_bytes", "frame", "module",
-                  "phase", "step").sort("rank", "idx"))
+    ev = (trace.select(*_STREAM_COLUMNS, ops=COMM).with_columns(op=pl.col("op").cast(pl.String))
+          .filter(~pl.col("group").is_in(sorted(skip_groups))))
     out: dict[int, list[dict]] = {r: [] for r in trace.ranks}
     for row in ev.iter_rows(named=True):
         out[row["rank"]].append(row)
@@ -192,9 +193,9 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     # a member with no stream at all (a dump never written: the process died) is waited on too
     members = group_members(trace)
     present = set(trace.ranks) | {m for ms in members.values() for m in ms}
-    ev = (trace.events.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(COMM))
-          .select("rank", "idx", "op", "group", "seq", "peer", "async_op", "ref", "in_bytes", "frame", "module",
-                  "phase", "step"))
+    fr_state = "state" in trace.stream.columns  # Flight Recorder knows which entries completed
+    ev = (trace.select(*_STREAM_COLUMNS, *(["state"] if fr_state else []), ops=COMM)
+          .with_columns(op=pl.col("op").cast(pl.String)))
     size = pl.DataFrame({"group": list(members), "size": [len(ms) for ms in members.values()]},
                         schema={"group": pl.Int32, "size": pl.Int64})
     coll = ev.filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS)))
@@ -202,8 +203,7 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     horizon = coll.group_by("group", "rank").agg(first=pl.col("seq").min()).group_by("group").agg(
         horizon=pl.col("first").max())
     done, judged = pl.lit(False), coll
-    if "state" in trace.events.columns:  # Flight Recorder knows which entries completed
-        judged = coll.join(trace.events.select("rank", "idx", "state"), on=["rank", "idx"], how="left")
+    if fr_state:
         done = (pl.col("state") == "completed").any()
     inst = (judged.group_by("group", "seq").agg(n=pl.len(), done=done).join(size, on="group")
             .join(horizon, on="group")
@@ -237,28 +237,46 @@ def ordered(trace: Trace) -> bool:
     """A columnar certificate that no ordering deadlock exists: give each collective / p2p
     instance a number T; if T grows strictly along every rank's stream, processing instances in
     T order completes them all, so no cycle of waits can form (any T will do; a cycle would
-    contradict it). T = the median position at which its parties issue it, so that one rank's
-    skipped or extra collective, which shifts its later positions by one, does not break the
-    order. SPMD traces pass at once; when it fails, `simulate` decides."""
-    ev = (trace.events.with_columns(op=pl.col("op").cast(pl.String))
-          .filter(pl.col("op").is_in([o for o in COMM if o != "wait"]) & (pl.col("group") >= 0))
-          .select("rank", "idx", "op", "group", "seq", "peer")
-          .with_columns(pos=pl.int_range(pl.len()).over("rank"),
-                        a=pl.when(pl.col("op") == "send").then("rank").when(pl.col("op") == "recv").then("peer")
-                        .otherwise(-1),
-                        b=pl.when(pl.col("op") == "send").then("peer").when(pl.col("op") == "recv").then("rank")
-                        .otherwise(-1)))
-    if ev.is_empty():
+    contradict it). T = a position at which its parties issue it (the earliest for collectives,
+    the median for p2p pairs). A rank that skipped or added a collective on some group (the
+    collectives check's `missing_collective`) has all its later positions shifted, on every
+    group, so it is left out. SPMD traces pass at once; when it fails, `simulate` decides. One
+    window over the events, no sort."""
+    pats = (trace.patterns.with_columns(op=pl.col("op").cast(pl.String))
+            .filter(pl.col("op").is_in([o for o in COMM if o != "wait"]) & (pl.col("group") >= 0))
+            .with_columns(kind=pl.when(pl.col("op") == "send").then(1).when(pl.col("op") == "recv").then(2)
+                          .otherwise(0).cast(pl.Int8)))
+    if pats.is_empty():
         return True
-    # a rank that skipped or added a collective on a group (its count differs from the group's
-    # usual count) is matched by seq against the wrong instances from there on: it is the
-    # collectives check's `missing_collective`, and would make every order look inconsistent
-    coll = pl.col("a") == -1  # p2p rows are always kept: pairs legitimately differ in counts
+    ev = trace.with_patterns(trace.with_codes(trace.stream.select("rank", "code", "seq"), pats), "group", "kind",
+                             table=pats)
+    ev = ev.with_columns(pos=_position_in_rank(ev["rank"]))
+    coll = pl.col("kind") == 0  # p2p rows are always kept: pairs legitimately differ in counts
     counts = ev.filter(coll).group_by("group", "rank").agg(n=pl.len())
     usual = counts.group_by("group").agg(usual=pl.col("n").mode().first())
-    odd = counts.join(usual, on="group").filter(pl.col("n") != pl.col("usual")).select("group", "rank")
-    ev = ev.join(odd.with_columns(odd=pl.lit(True)), on=["group", "rank"], how="left").filter(
-        ~coll | pl.col("odd").is_null()).drop("odd")
-    ev = ev.with_columns(t=pl.col("pos").median().over("group", "seq", "a", "b"))
-    steps = ev.sort("rank", "idx").select(pl.col("t").diff().over("rank").fill_null(1).alias("d"))
-    return bool((steps["d"] > 0).all())
+    odd = counts.join(usual, on="group").filter(pl.col("n") != pl.col("usual")).select("rank").unique()
+    if odd.height:  # its positions are shifted on every group: leave the rank out altogether
+        ev = ev.join(odd, on="rank", how="anti", maintain_order="left")
+    if ev.filter(~coll).height:  # p2p: instance (group, seq, src, dst), T = median position
+        peer = trace.with_patterns(ev.select("code"), "peer", table=pats)["peer"]
+        ev = ev.with_columns(a=pl.when(pl.col("kind") == 1).then("rank").when(pl.col("kind") == 2).then(peer)
+                             .otherwise(-1),
+                             b=pl.when(pl.col("kind") == 1).then(peer).when(pl.col("kind") == 2).then("rank")
+                             .otherwise(-1))
+        t = ev.select(pl.col("pos").median().over("group", "seq", "a", "b"))
+    else:  # collectives only: one int64 key (group, seq), T = earliest position
+        key = (pl.col("group").cast(pl.Int64) * (1 << 40) + pl.col("seq")).alias("key")
+        t = ev.select(pl.col("pos").min().over(key))
+    t_arr = t.to_series().to_numpy()
+    rank = ev["rank"].to_numpy()
+    same = rank[1:] == rank[:-1]
+    return bool((t_arr[1:][same] > t_arr[:-1][same]).all())
+
+
+def _position_in_rank(rank: pl.Series) -> pl.Series:
+    """0, 1, 2, ... within each rank of a frame sorted by rank (numpy; no window)."""
+    r = rank.to_numpy()
+    starts = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1]
+    first = np.zeros(len(r), dtype=np.int64)
+    first[starts[1:]] = np.diff(starts)
+    return pl.Series("pos", np.arange(len(r), dtype=np.int64) - np.cumsum(first))

@@ -1,4 +1,4 @@
-"""Trace format v1: round trip, truncation at every byte, version and garbage refusal, merge."""
+"""Trace format v2: round trip, truncation at every byte, version and garbage refusal, merge."""
 
 import msgpack
 import numpy as np
@@ -98,10 +98,31 @@ def test_merge_parts_remaps_atoms_and_groups(tmp_path):
 
 
 def test_columns_are_packed_blocks(trace_file, tmp_path):
-    # merged traces store events as one bin block per column, read with frombuffer
+    # merged traces store each rank's events as one pattern-coded block
     out = tmp_path / "merged.trace"
     trace_parts.merge([trace_file], out)
     kinds = [r["t"] for r in msgpack.Unpacker(open(out, "rb"), raw=False, strict_map_key=False)]
-    assert kinds.count("block") == 2 and "ev" not in kinds
+    assert kinds.count("pblock") == 2 and "ev" not in kinds
     d = fmt.read_trace(out)
     assert isinstance(d.columns[0]["in_bytes"], np.ndarray) and d.columns[0]["in_bytes"].dtype == np.int64
+
+
+def test_v1_plain_blocks_are_still_read(tmp_path):
+    """A v1 file (plain column blocks) written by hand reads the same as its v2 rewrite."""
+    cols = {name: np.full(3, 0 if dt == "u1" else -1, dtype=dt) for name, dt in fmt.COLUMNS}
+    cols.update(op=np.zeros(3, np.int32), group=np.zeros(3, np.int32), seq=np.arange(3), ts=np.array([0.5, 1.0, 2.25]))
+    header = dict(_header([0]), version=[1, 0])
+    path = tmp_path / "v1.trace"
+    with open(path, "wb") as f:
+        for rec in (header, {"t": "group", "gid": 0, "name": "0", "ranks": [0, 1, 2, 3], "desc": "default_pg"},
+                    {"t": "atoms", "base": 0, "v": ["all_reduce"]},
+                    {"t": "block", "r": 0, "n": 3, "c": [np.ascontiguousarray(cols[n], dtype=dt).tobytes()
+                                                          for n, dt in fmt.COLUMNS]},
+                    {"t": "end", "r": 0, "n": 3, "status": "ok", "error": None}, {"t": "footer"}):
+            f.write(msgpack.packb(rec, use_bin_type=True))
+    d = fmt.read_trace(path)
+    assert d.columns[0]["seq"].tolist() == [0, 1, 2] and d.columns[0]["ts"].tolist() == [0.5, 1.0, 2.25]
+    trace_parts.write_data(tmp_path / "v2.trace", d)
+    again = fmt.read_trace(tmp_path / "v2.trace")
+    assert again.header["version"] == [2, 0]
+    assert {k: again.columns[0][k].tolist() for k in fmt.COLUMN_NAMES} == {k: v.tolist() for k, v in cols.items()}

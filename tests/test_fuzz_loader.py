@@ -18,7 +18,7 @@ def _sample(recorded, tmp_path_factory, kind: str) -> bytes:
         path, _ = recorded("bug_subgroup_skip", 8, "fake")
         _SAMPLES["blocks"] = open(path, "rb").read()
         rows = tmp_path_factory.mktemp("rows") / "all.part"
-        trace_parts.write_data(rows, fmt.read_trace(path))
+        trace_parts.write_data(rows, fmt.read_trace(path), rows=True)
         _SAMPLES["rows"] = rows.read_bytes()
     return _SAMPLES[kind]
 

@@ -1,4 +1,5 @@
-"""The commtrace trace format, v1: the one place that knows the bytes.
+"""The commtrace trace format, v2: the one place that knows the bytes (with tracer/codec.py,
+which packs the columns of a block).
 
 Torch-free on purpose: the analyzer imports this module and must start without torch.
 See docs/trace-format.md for the layout. In short, a trace is a stream of msgpack
@@ -8,12 +9,14 @@ maps, each with a type key "t":
     atoms    interned values (strings, shapes, dicts) appended to the atom table
     group    one process group of the group table: gid, torch name, member ranks, desc
     ev       one event of one rank as a row (streamed while recording, flushed per event)
-    block    many events of one rank as packed little-endian column arrays (msgpack bin)
+    pblock   many events of one rank: a table of distinct patterns plus, per event, a pattern
+             code, seq, step, batch and timestamp, each column packed (tracer/codec.py)
+    block    (v1) many events of one rank as plain little-endian column arrays
     end      a rank finished: its event count, status ("ok" / "error") and error line
     footer   once, last: the file is complete
 
-A recorder writes rows so that a crash loses nothing; `merge` rewrites rows into blocks,
-which numpy reads without a Python loop per event.
+A recorder writes rows so that a crash loses nothing; `merge` rewrites rows into pblocks,
+which numpy reads without a Python loop per event. v1 files (plain blocks) are still read.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from tracer import codec
+
 FORMAT_NAME = "commtrace"
-VERSION = (1, 0)
+VERSION = (2, 0)
 BLOCK_EVENTS = 65536
 
 # (name, numpy dtype). Atom columns hold ids into the atom table; -1 means "none".
@@ -55,7 +60,13 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("ts", "<f8"),  # seconds since the rank started recording (not deterministic)
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+PATTERN_COLUMNS = tuple(name for name in COLUMN_NAMES if name not in codec.STREAM_COLUMNS)
+_STREAM = ("code",) + codec.STREAM_COLUMNS
+_DTYPES = dict(COLUMNS)
 ATOM_COLUMNS = ("op", "dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info", "module", "phase", "frame")
+_ATOM_AT = [PATTERN_COLUMNS.index(name) for name in ATOM_COLUMNS]
+_GROUP_AT = PATTERN_COLUMNS.index("group")
+_INT_COLUMNS = tuple(name for name in COLUMN_NAMES if name != "ts")
 _NONE_ROW = {name: (0.0 if dt == "<f8" else -1) for name, dt in COLUMNS}
 _NONE_ROW.update(async_op=0, step=0, seq=-1)
 
@@ -99,7 +110,7 @@ class TraceWriter:
         self._atoms: dict[Any, int] = {}
         self._pending: list = []
         self._packer = msgpack.Packer(use_bin_type=True)
-        self._write(header)
+        self._write(dict(header, version=list(VERSION)))  # what this writer writes, whatever was read
 
     def _write(self, record: dict) -> None:
         data = self._packer.pack(record)
@@ -131,13 +142,18 @@ class TraceWriter:
         self._flush_atoms()
         self._write({"t": "ev", "r": rank, "v": values})
 
-    def block(self, rank: int, columns: dict[str, np.ndarray]) -> None:
+    def block(self, rank: int, columns) -> None:
+        """Events of one rank as pattern-coded blocks of up to BLOCK_EVENTS events."""
         self._flush_atoms()
         n = len(columns["op"])
         for start in range(0, n, BLOCK_EVENTS):
             stop = min(n, start + BLOCK_EVENTS)
-            cols = [np.ascontiguousarray(columns[name][start:stop], dtype=dt).tobytes() for name, dt in COLUMNS]
-            self._write({"t": "block", "r": rank, "n": stop - start, "c": cols})
+            chunk = columns if (start, stop) == (0, n) else {k: columns[k][start:stop] for k in COLUMN_NAMES}
+            rc = codec.split(chunk, COLUMNS)
+            stream = dict(rc.stream, ts=np.round(rc.stream["ts"] * codec.TS_TICKS))
+            self._write({"t": "pblock", "r": rank, "n": stop - start, "k": len(rc.patterns["op"]),
+                         "p": codec.encode_table([rc.patterns[name] for name in PATTERN_COLUMNS]),
+                         "s": [codec.encode(stream[name]) for name in _STREAM]})
 
     def end(self, rank: int, n_events: int, status: str = "ok", error: str | None = None) -> None:
         self._flush_atoms()
@@ -155,7 +171,8 @@ class TraceWriter:
 
 @dataclass
 class TraceData:
-    """Everything a trace (or a part) holds, decoded. Columns are numpy arrays per rank."""
+    """Everything a trace (or a part) holds, decoded. `columns[rank]` maps each of COLUMNS to a
+    numpy array (a codec.RankColumns when read: pattern table + stream, expanded on access)."""
 
     header: dict
     atoms: list = field(default_factory=list)
@@ -165,6 +182,10 @@ class TraceData:
     complete: bool = False  # footer seen
     truncated_at: int | None = None  # byte offset where decoding stopped early
     notes: list[str] = field(default_factory=list)
+    arena: Arena = field(default_factory=lambda: Arena(), repr=False)
+    """Where the per-event columns of pattern blocks were decoded (see Arena)."""
+    known_gids: tuple[int, np.ndarray] | None = field(default=None, repr=False)
+    """(groups seen, lookup by gid + 1) for validating blocks while reading."""
 
     @property
     def ranks(self) -> list[int]:
@@ -254,6 +275,8 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
         if any(len(a) != n for a in arrays.values()):
             raise TraceFormatError("block column of wrong length")
         blocks.setdefault(int(rec["r"]), []).append(arrays)
+    elif kind == "pblock":
+        blocks.setdefault(int(rec["r"]), []).append(_decode_pblock(trace, rec))
     elif kind == "atoms":
         if int(rec["base"]) != len(trace.atoms):
             raise TraceFormatError("atom table out of order")
@@ -271,26 +294,113 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
     # unknown record types from a newer minor version are skipped on purpose
 
 
+class Arena:
+    """The per-event columns of many blocks, decoded in file order into a few big buffers
+    instead of one small array per block: a loader can hand the buffers to a dataframe as they
+    are (no per-rank pieces to concatenate, no second copy of 82 M events in memory)."""
+
+    CHUNK = 1 << 22
+
+    def __init__(self):
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.used: list[int] = []
+        self.pieces: list[tuple[int, int, int]] = []
+        """(chunk, start, stop) of every block, in the order they were taken."""
+
+    def take(self, n: int) -> tuple[tuple[int, int, int], dict[str, np.ndarray]]:
+        if not self.chunks or self.used[-1] + n > len(self.chunks[-1]["code"]):
+            size = max(self.CHUNK, n)
+            self.chunks.append({name: np.empty(size, dtype=np.int32 if name == "code" else _DTYPES[name])
+                                for name in _STREAM})
+            self.used.append(0)
+        c, start = len(self.chunks) - 1, self.used[-1]
+        self.used[-1] = start + n
+        self.pieces.append((c, start, start + n))
+        return self.pieces[-1], {name: col[start:start + n] for name, col in self.chunks[c].items()}
+
+    def columns(self, name: str) -> list[np.ndarray]:
+        """The buffers of one column, each cut to what was used."""
+        return [chunk[name][:used] for chunk, used in zip(self.chunks, self.used)]
+
+    def drop(self, name: str) -> None:
+        """Release one column's buffers (once nothing else holds a view of them)."""
+        for chunk in self.chunks:
+            chunk.pop(name, None)
+
+
+def _decode_pblock(trace: TraceData, rec: dict) -> codec.RankColumns:
+    n, k, packed_p, packed_s = int(rec["n"]), int(rec["k"]), rec["p"], rec["s"]
+    if not (0 < n <= BLOCK_EVENTS and 0 < k <= n):
+        raise TraceFormatError("block of impossible size")
+    if len(packed_s) != len(_STREAM):
+        raise TraceFormatError("block of wrong width")
+    try:
+        table = codec.decode_table(packed_p, k, len(PATTERN_COLUMNS))
+        _validate(table, _ATOM_AT, _GROUP_AT, trace)  # atoms and groups precede their first use
+        patterns = {name: table[:, j].astype(_DTYPES[name]) for j, name in enumerate(PATTERN_COLUMNS)}
+        code = codec.decode(packed_s[0], n)
+        if code.min() < 0 or code.max() >= k:
+            raise TraceFormatError("event refers to a missing pattern")
+        piece, stream = trace.arena.take(n)
+        stream["code"][:] = code
+        for name, x in zip(_STREAM[1:], packed_s[1:]):
+            codec.decode(x, n, out=stream[name])
+    except codec.CodecError as e:
+        raise TraceFormatError(str(e)) from None
+    stream["ts"] /= codec.TS_TICKS
+    rc = codec.RankColumns(patterns, stream, COLUMN_NAMES)
+    rc.piece = piece
+    return rc
+
+
+def concat_ranks(pieces: list) -> codec.RankColumns:
+    """Several blocks of one rank (pattern-coded or plain) as one RankColumns."""
+    pieces = [codec.split(p, COLUMNS) for p in pieces]
+    if len(pieces) == 1:
+        return pieces[0]
+    offsets = np.cumsum([0] + [len(p.patterns["op"]) for p in pieces[:-1]])
+    patterns = {name: np.concatenate([p.patterns[name] for p in pieces]) for name in pieces[0].patterns}
+    stream = {name: np.concatenate([p.stream[name] + (off if name == "code" else 0) for p, off in zip(pieces, offsets)])
+              for name in pieces[0].stream}
+    stream["code"] = stream["code"].astype(np.int32)
+    return codec.RankColumns(patterns, stream, COLUMN_NAMES)
+
+
+def _validate(table: np.ndarray, atom_at: list[int], group_at: int, trace: TraceData) -> None:
+    """Every atom and group id a pattern table uses exists (one min / max over the matrix)."""
+    atoms = table[:, atom_at]
+    if atoms.size and (atoms.min() < -1 or atoms.max() >= len(trace.atoms)):
+        raise TraceFormatError("an event refers to a missing atom")
+    groups = table[:, group_at]
+    if not groups.size:
+        return
+    if trace.known_gids is None or trace.known_gids[0] != len(trace.groups):  # groups came since: rebuild
+        known = np.zeros(max(trace.groups, default=-1) + 2, dtype=bool)
+        known[[g + 1 for g in trace.groups]] = True
+        known[0] = True  # -1: no group
+        trace.known_gids = (len(trace.groups), known)
+    known = trace.known_gids[1]
+    if groups.min() < -1 or groups.max() + 1 >= len(known) or not known[groups + 1].all():
+        raise TraceFormatError("an event refers to a missing process group")
+
+
 def _assemble(trace: TraceData, rows: dict, blocks: dict) -> None:
+    world = trace.header["world_size"]
+    plain_at = [_INT_COLUMNS.index(name) for name in ATOM_COLUMNS]
     for rank in sorted(set(rows) | set(blocks)):
+        if not 0 <= rank < world:
+            raise TraceFormatError(f"events of rank {rank} in a trace of world size {world}")
         parts = list(blocks.get(rank, []))
         if rows.get(rank):
             parts.append(_rows_to_columns(rows[rank]))
-        trace.columns[rank] = {
-            name: np.concatenate([p[name] for p in parts]) if len(parts) > 1 else parts[0][name]
-            for name, _ in COLUMNS}
-    n_atoms = len(trace.atoms)
-    world = trace.header["world_size"]
-    for rank, cols in trace.columns.items():
-        if not 0 <= rank < world:
-            raise TraceFormatError(f"events of rank {rank} in a trace of world size {world}")
-        groups = cols["group"]
-        if len(groups) and (groups.min() < -1 or not np.isin(groups[groups >= 0], list(trace.groups)).all()):
-            raise TraceFormatError(f"rank {rank}: an event refers to a missing process group")
-        for name in ATOM_COLUMNS:
-            col = cols[name]
-            if len(col) and (col.max() >= n_atoms or col.min() < -1):
-                raise TraceFormatError(f"rank {rank}: column {name} refers to a missing atom")
+        for p in parts:
+            if not isinstance(p, codec.RankColumns):  # rows and v1 blocks: checked here
+                mat = np.stack([np.asarray(p[name], dtype=np.int64) for name in _INT_COLUMNS], axis=1)
+                try:
+                    _validate(mat, plain_at, _INT_COLUMNS.index("group"), trace)
+                except TraceFormatError as e:
+                    raise TraceFormatError(f"rank {rank}: {e}") from None
+        trace.columns[rank] = concat_ranks(parts)
 
 
 def _rows_to_columns(rows: list[list]) -> dict[str, np.ndarray]:

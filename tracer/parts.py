@@ -9,7 +9,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tracer.format import (ATOM_COLUMNS, COLUMNS, TraceData, TraceFormatError, TraceWriter, atom_key,
+from tracer.codec import RankColumns, split
+from tracer.format import (ATOM_COLUMNS, COLUMN_NAMES, COLUMNS, TraceData, TraceFormatError, TraceWriter, atom_key,
                            default_row, read_header, read_trace)
 
 
@@ -46,13 +47,14 @@ class _Tables:
         amap = np.array([self._atom(a) for a in data.atoms] + [-1], dtype=np.int32)
         out = {}
         for rank, cols in data.columns.items():
-            cols = dict(cols)
+            cols = split(cols, COLUMNS)
+            pat = dict(cols.patterns)  # ids live in the pattern table only: remapping is cheap
             for name in ATOM_COLUMNS:
-                cols[name] = amap[cols[name]]  # -1 indexes the trailing -1
-            if len(cols["group"]) and cols["group"].max() >= len(gmap) - 1:
+                pat[name] = amap[pat[name]]  # -1 indexes the trailing -1
+            if len(pat["group"]) and pat["group"].max() >= len(gmap) - 1:
                 raise TraceFormatError(f"rank {rank}: event refers to a missing group")
-            cols["group"] = gmap[cols["group"]]
-            out[rank] = cols
+            pat["group"] = gmap[pat["group"]]
+            out[rank] = RankColumns(pat, cols.stream, COLUMN_NAMES)
         return out
 
 
@@ -109,25 +111,34 @@ def combine(datas: list[TraceData]) -> TraceData:
     return out
 
 
-def write_data(path: str | os.PathLike, data: TraceData) -> None:
-    """Write decoded data back as rows (a part-style file): for tools and tests."""
-    w = TraceWriter(path, data.header)
+def write_data(path: str | os.PathLike, data: TraceData, rows: bool = False) -> None:
+    """Write decoded data back: as a merged trace (pattern blocks, what goldens are), or with
+    `rows` as a part-style file of one row per event (for tests of the streamed form)."""
+    w = TraceWriter(path, dict(data.header))
     try:
-        for g in data.groups.values():
-            w.group(g["gid"], g["name"], g["ranks"], g["desc"])
+        if rows:
+            for g in data.groups.values():
+                w.group(g["gid"], g["name"], g["ranks"], g["desc"])
+            for rank, cols in data.columns.items():
+                _write_rows(w, rank, {name: cols[name] for name in COLUMN_NAMES}, data.atoms)
+        else:
+            for rank, cols in _Tables(w).remap(data).items():
+                w.block(rank, cols)
         for rank, cols in data.columns.items():
-            atom_cols = {name for name in ATOM_COLUMNS}
-            for i in range(len(cols["op"])):
-                row = []
-                for name, _ in COLUMNS:
-                    v = cols[name][i].item()
-                    row.append(w.atom(_hashable(data.atoms[v])) if name in atom_cols and v >= 0 else v)
-                w.row(rank, row)
             end = data.ends.get(rank, {"n": len(cols["op"]), "status": "ok", "error": None})
             w.end(rank, end["n"], end["status"], end["error"])
         w.footer()
     finally:
         w.close()
+
+
+def _write_rows(w: TraceWriter, rank: int, cols: dict[str, np.ndarray], atoms: list) -> None:
+    for i in range(len(cols["op"])):
+        row = []
+        for name in COLUMN_NAMES:
+            v = cols[name][i].item()
+            row.append(w.atom(_hashable(atoms[v])) if name in ATOM_COLUMNS and v >= 0 else v)
+        w.row(rank, row)
 
 
 def _hashable(v: Any) -> Any:

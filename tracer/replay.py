@@ -63,6 +63,7 @@ def rank_events(data: fmt.TraceData, rank: int) -> list[dict]:
     if cols is None:
         return []
     atoms = data.atoms
+    cols = {name: cols[name] for name in (*_PLAN_COLS, *_PLAN_ATOMS)}  # expanded once
     out = []
     for i in range(len(cols["op"])):
         ev = {name: int(cols[name][i]) for name in _PLAN_COLS}

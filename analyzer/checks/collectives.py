@@ -33,22 +33,34 @@ FIELDS = (("op", "op_mismatch"), ("dtype", "dtype_mismatch"), ("reduce_op", "red
           ("root", "root_mismatch"), ("key", "shape_mismatch"))
 
 
-def collective_rows(trace: Trace) -> pl.DataFrame:
+def collective_patterns(trace: Trace) -> pl.DataFrame:
+    """Collective patterns with their token (op, dtype, reduce op, root, the shape every member
+    must agree on, user frame): computed once per pattern, not per event."""
     skip = conflicting_gids(trace)
-    op = pl.col("op")
     return (
-        trace.events.with_columns(op=op.cast(pl.String))
+        trace.patterns.with_columns(op=pl.col("op").cast(pl.String))
         .filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS)) & (pl.col("group") >= 0)
                 & ~pl.col("group").is_in(sorted(skip)))
-        .select("rank", "idx", "group", "seq", "op", "dtype", "reduce_op", "peer", "in_shapes", "out_shapes",
-                "splits", "frame", "module")
+        .select("code", "group", "op", "dtype", "reduce_op", "peer", "in_shapes", "out_shapes", "splits", "frame",
+                "module")
         .with_columns(
             key=pl.when(pl.col("op").is_in(KEY_IN)).then("in_shapes")
             .when(pl.col("op").is_in(KEY_OUT)).then("out_shapes").otherwise(-2),
             root=pl.when(pl.col("op").is_in(ROOTED)).then("peer").otherwise(-2))
         .with_columns(tok=pl.struct("op", "dtype", "reduce_op", "root", "key", "frame").hash())
-        .sort("group", "rank", "seq")
     )
+
+
+def collective_rows(trace: Trace, pats: pl.DataFrame) -> pl.DataFrame:
+    """One lean row per collective event: rank, idx, seq, code, group, tok (stream order)."""
+    rows = trace.with_codes(trace.stream.select("rank", "idx", "seq", "code"), pats)
+    return trace.with_patterns(rows, "group", "tok", table=pats)
+
+
+def _full(trace: Trace, rows: pl.DataFrame, pats: pl.DataFrame) -> pl.DataFrame:
+    """A few rows with every pattern field (for the ranks being diffed), sorted by seq."""
+    return trace.with_patterns(rows, "op", "dtype", "reduce_op", "peer", "in_shapes", "out_shapes", "splits",
+                               "frame", "module", "key", "root", table=pats).sort("seq")
 
 
 class _Report:
@@ -85,16 +97,20 @@ class _Report:
 
 def check(trace: Trace) -> list[Finding]:
     groups = group_table(trace)
-    rows = collective_rows(trace)
-    if rows.is_empty():
+    pats = collective_patterns(trace)
+    if pats.is_empty():
         return []
+    rows = collective_rows(trace, pats)
     present = set(trace.ranks)
     report = _Report(trace, groups)
-    atoms = atom_values(trace, set(rows["key"].unique().to_list()) | set(rows["in_shapes"].unique().to_list())
-                        | set(rows["out_shapes"].unique().to_list()))
-    per = rows.group_by("group", "rank").agg(n=pl.len(), h=pl.struct("tok", "seq").hash().sum())
+    atoms = atom_values(trace, set(pats["key"].unique().to_list()) | set(pats["in_shapes"].unique().to_list())
+                        | set(pats["out_shapes"].unique().to_list()))
+    # signature of a (group, rank) stream: count and an order-free sum of hash(token, seq) (the
+    # xor-multiply mix costs a fifth of a struct hash at 82 M rows)
+    mix = (pl.col("tok") ^ (pl.col("seq").cast(pl.UInt64) * 0x9E3779B97F4A7C15)).hash()
+    per = rows.group_by("group", "rank").agg(n=pl.len(), h=mix.sum())
     sig = {(g, r): (n, h) for g, r, n, h in per.iter_rows()}
-    aligned: list[tuple[int, int]] = []  # (group, rank) whose stream is the majority's as it is
+    deviating: list[tuple[int, int]] = []  # (group, rank) whose stream is not the majority's
     mapped: list[pl.DataFrame] = []  # deviating ranks' rows with their majority position
     for gid in sorted(per["group"].unique().to_list()):
         members = [r for r in groups[gid]["ranks"] if r in present]
@@ -102,26 +118,33 @@ def check(trace: Trace) -> list[Finding]:
         value, deviants = majority(votes)
         rep = min(r for r, v in votes.items() if v == value)
         contested = len(deviants) == len(members)
-        aligned.extend((gid, r) for r in members if r == rep or r not in deviants)
         if not deviants:
             continue
         grows = rows.filter(pl.col("group") == gid)
-        rep_rows = grows.filter(pl.col("rank") == rep).to_dicts()
+        rep_rows = _full(trace, grows.filter(pl.col("rank") == rep), pats).to_dicts()
         for r in deviants:
             if r == rep:
                 continue
-            dev = grows.filter(pl.col("rank") == r)
+            deviating.append((gid, r))
+            dev = _full(trace, grows.filter(pl.col("rank") == r), pats)
             culprits = members if contested else [r]
             pairs = _align(report, gid, members, culprits, r, rep_rows, dev.to_dicts(), trace, atoms)
             if pairs:
                 pos = pl.DataFrame({"seq": [s for s, _ in pairs], "pos": [p for _, p in pairs]},
                                    schema={"seq": pl.Int64, "pos": pl.Int64})
-                mapped.append(dev.join(pos, on="seq"))
-    keys = pl.DataFrame(aligned, schema={"group": pl.Int32, "rank": pl.Int32}, orient="row")
-    positioned = pl.concat([rows.join(keys, on=["group", "rank"]).with_columns(pos=pl.col("seq"))] + mapped,
-                           how="diagonal")
-    _self_consistency(report, trace, groups, positioned, atoms, present)
-    _splits(report, trace, groups, positioned, present)
+                mapped.append(dev.select("rank", "idx", "seq", "code", "group").join(pos, on="seq"))
+    dev_keys = pl.DataFrame(deviating, schema={"group": pl.Int32, "rank": pl.Int32}, orient="row")
+
+    def positioned(table: pl.DataFrame) -> pl.DataFrame:
+        """The events of some patterns at their majority position (own seq unless deviating)."""
+        sub = trace.with_codes(rows, table).drop("tok")
+        plain = sub.join(dev_keys, on=["group", "rank"], how="anti").with_columns(pos=pl.col("seq"))
+        moved = [trace.with_codes(m, table) for m in mapped]
+        return trace.with_patterns(pl.concat([plain] + moved, how="diagonal"), "op", "in_shapes", "out_shapes",
+                                   "splits", "frame", "module", table=pats)
+
+    _self_consistency(report, trace, groups, pats, positioned, atoms, present)
+    _splits(report, trace, groups, pats, positioned, present)
     return report.findings()
 
 
@@ -240,11 +263,12 @@ def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> No
                    message=message, extra={"detail": "extra", "count": len(added)})
 
 
-def _self_consistency(report, trace, groups, rows: pl.DataFrame, atoms, present) -> None:
-    """All-gathers must output group-size x their input; reduce-scatters the reverse."""
+def _self_consistency(report, trace, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
+    """All-gathers must output group-size x their input; reduce-scatters the reverse. Judged
+    per pattern; only the events of a bad pattern are looked at."""
     numel = {aid: sum(_prod(s) for s in v) for aid, v in atoms.items() if isinstance(v, list)}
     count = {aid: len(v) for aid, v in atoms.items() if isinstance(v, list)}
-    cand = rows.filter(pl.col("op").is_in(GATHERS + SCATTERS))
+    cand = pats.filter(pl.col("op").is_in(GATHERS + SCATTERS))
     if cand.is_empty():
         return
     sizes = trace.groups.select(group="gid", size="size")
@@ -258,6 +282,9 @@ def _self_consistency(report, trace, groups, rows: pl.DataFrame, atoms, present)
                       .otherwise(pl.col("i") != pl.col("o") * pl.col("size"))
                       | (pl.col("op").is_in(["all_gather", "reduce_scatter"])
                          & (pl.when(gathers).then(pl.col("no")).otherwise(pl.col("ni")) != pl.col("size"))))
+    if bad.is_empty():
+        return
+    bad = positioned(bad).sort("group", "pos", "rank")
     for row in bad.to_dicts():
         gid = row["group"]
         members = [r for r in groups[gid]["ranks"] if r in present]
@@ -272,11 +299,12 @@ def _self_consistency(report, trace, groups, rows: pl.DataFrame, atoms, present)
                    frame=_where(row), members=members, message=message)
 
 
-def _splits(report, trace, groups, rows: pl.DataFrame, present) -> None:
+def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> None:
     """all_to_all_single: what rank i sends j must equal what j expects from i."""
-    a2a = rows.filter(pl.col("op") == "all_to_all_single")
+    a2a = pats.filter(pl.col("op") == "all_to_all_single")
     if a2a.is_empty():
         return
+    a2a = positioned(a2a)
     atoms = atom_values(trace, a2a["splits"].unique().to_list())
     table = pl.DataFrame({"splits": list(atoms), "send": [v[0] if v else [] for v in atoms.values()],
                           "expect": [v[1] if v else [] for v in atoms.values()]},

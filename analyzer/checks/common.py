@@ -19,7 +19,7 @@ def group_table(trace: Trace) -> dict[int, dict]:
 def conflicting_gids(trace: Trace) -> set[int]:
     """Groups whose name means different member lists on different ranks (created in another
     order, or with other members): their collectives cannot be matched, group_mismatch says why."""
-    made = trace.events.filter(pl.col("op").cast(pl.String).is_in(["new_group", "split_group"]))
+    made = trace.select("group", ops=["new_group", "split_group"])
     per_name = (made.join(trace.groups.select("gid", "name"), left_on="group", right_on="gid")
                 .group_by("name").agg(gids=pl.col("group").unique()))
     out: set[int] = set()

@@ -16,8 +16,7 @@ from analyzer.load import Trace
 
 
 def check(trace: Trace) -> list[Finding]:
-    made = (trace.events.with_columns(op=pl.col("op").cast(pl.String))
-            .filter(pl.col("op").is_in(["new_group", "split_group"]))
+    made = (trace.select("rank", "idx", "group", "frame", ops=["new_group", "split_group"])
             .join(trace.groups.select("gid", "name", "ranks", "label"), left_on="group", right_on="gid")
             .with_columns(call=pl.int_range(pl.len()).over("rank")))
     per_culprits: dict[tuple, list] = {}

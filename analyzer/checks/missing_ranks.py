@@ -20,12 +20,11 @@ from tracer.format import COLLECTIVE_OPS
 
 def check(trace: Trace) -> list[Finding]:
     missing = set(trace.missing_ranks)
-    if not missing or "state" not in trace.events.columns:
+    if not missing or "state" not in trace.stream.columns:
         return []
     groups = group_table(trace)
-    pending = (trace.events.with_columns(op=pl.col("op").cast(pl.String))
-               .filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS)) & (pl.col("state") != "completed")
-                       & (pl.col("group") >= 0))
+    pending = (trace.select(ops=sorted(COLLECTIVE_OPS)).with_columns(op=pl.col("op").cast(pl.String))
+               .filter((pl.col("state") != "completed") & (pl.col("group") >= 0))
                .group_by("group", "rank").agg(pl.all().sort_by("seq").last()))
     out = []
     for (gid,), rows in pending.group_by(["group"], maintain_order=True):

@@ -17,15 +17,18 @@ from analyzer.load import Trace
 
 
 def check(trace: Trace) -> list[Finding]:
-    ev = trace.events.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(["send", "recv"]))
+    cols = ["group", "seq", "dtype", "in_shapes", "out_shapes", "frame", "module", "tag", "idx"]
+    ev = trace.select("rank", "op", "peer", *cols, ops=["send", "recv"]).with_columns(op=pl.col("op").cast(pl.String))
     if ev.is_empty():
         return []
     groups = group_table(trace)
     present = set(trace.ranks)
-    cols = ["group", "seq", "dtype", "in_shapes", "out_shapes", "frame", "module", "tag", "idx"]
     sends = ev.filter(pl.col("op") == "send").select(*cols, src="rank", dst="peer")
     recvs = ev.filter((pl.col("op") == "recv") & (pl.col("peer") >= 0)).select(*cols, src="peer", dst="rank")
     both = sends.join(recvs, on=["group", "src", "dst", "seq"], how="full", suffix="_r", coalesce=True)
+    # only unmatched or disagreeing pairs go on (atoms are interned, so equal shapes = equal ids)
+    both = both.filter(pl.col("idx").is_null() | pl.col("idx_r").is_null() | (pl.col("dtype") != pl.col("dtype_r"))
+                       | (pl.col("in_shapes") != pl.col("out_shapes_r")))
     atoms = atom_values(trace, set(both["in_shapes"].drop_nulls().to_list()) | set(both["out_shapes_r"].drop_nulls().to_list()))
     out: list[Finding] = []
     for row in both.to_dicts():

@@ -22,7 +22,7 @@ def trace_header(console: Console, trace: Trace) -> None:
     h = trace.header
     program = (h.get("config") or {}).get("program", "?")
     console.print(f"[bold]{escape(str(program))}[/] · world size {h['world_size']} · mode {h.get('mode')} · "
-                  f"torch {h.get('torch') or '?'} · {len(trace.ranks)} rank streams · {trace.events.height} events")
+                  f"torch {h.get('torch') or '?'} · {len(trace.ranks)} rank streams · {trace.n_events} events")
     for note in trace.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
 
@@ -105,8 +105,8 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
 def diff(console: Console, a: Trace, b: Trace, d) -> None:
     from analyzer.findings import ranks_text
 
-    console.print(f"[bold]A[/] world size {d.world_size_a} · {a.events.height} events   "
-                  f"[bold]B[/] world size {d.world_size_b} · {b.events.height} events")
+    console.print(f"[bold]A[/] world size {d.world_size_a} · {a.n_events} events   "
+                  f"[bold]B[/] world size {d.world_size_b} · {b.n_events} events")
     if d.equal:
         console.print("[bold green]✓ same comm pattern[/] on every rank (normalized: timestamps, group names, "
                       "paths ignored)")

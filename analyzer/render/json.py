@@ -14,7 +14,7 @@ def trace_info(trace: Trace) -> dict:
     return {"world_size": h["world_size"], "mode": h.get("mode"), "torch": h.get("torch"),
             "program": (h.get("config") or {}).get("program"), "ranks": trace.ranks,
             "missing_ranks": trace.missing_ranks, "truncated": trace.truncated, "notes": trace.notes,
-            "events": trace.events.height}
+            "events": trace.n_events}
 
 
 def summary(trace: Trace, s: Summary) -> None:
