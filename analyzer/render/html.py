@@ -232,11 +232,7 @@ def waited_ops(report, ranks: list[int]) -> dict[int, str]:
     if not refs:
         return {}
     want = pl.DataFrame(refs, schema={"rank": pl.Int32, "idx": pl.Int32}, orient="row")
-    trace = report.trace
-    # a pattern-coded Trace gathers just these columns of these ranks; else the events frame
-    select = getattr(trace, "select", None)
-    ops = (select("rank", "idx", "op", ranks=sorted({r for r, _ in refs})) if select is not None
-           else trace.events.select("rank", "idx", "op"))
+    ops = report.trace.select("rank", "idx", "op", ranks=sorted({r for r, _ in refs}))
     found = want.join(ops, on=["rank", "idx"], how="inner")
     return {r: str(op) for r, _, op in found.iter_rows()}
 
