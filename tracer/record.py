@@ -94,7 +94,11 @@ def record(program: Program, *, world_size: int, out: str, mode: str = "fake", r
     result = RecordResult(out=out, ranks=ranks)
     run = lambda js: executors.run(executor, js, workers=workers, timeout=timeout, progress=progress,
                                    ray_address=ray_address)
-    outcomes = run(todo)
+    try:
+        outcomes = run(todo)
+    except ValueError:  # the executor could not start (e.g. no Ray cluster there): nothing recorded
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        raise
     again = [i for i, code in enumerate(outcomes) if code == NEEDS_REAL_COMPUTE]
     if again:  # fake compute met a tensor value: those ranks again, computing for real
         _note_fallback(result, [todo[i] for i in again])

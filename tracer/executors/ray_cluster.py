@@ -38,6 +38,8 @@ def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress |
         raise ValueError("--executor ray needs Ray: pip install 'commtrace[cluster]' (or ray>=2.9)") from None
     address = address or os.environ.get("RAY_ADDRESS") or None
     started = not ray.is_initialized()
+    if started and address is not None:
+        _check_reachable(address)
     if started:
         opts = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         if address is None:
@@ -66,6 +68,21 @@ def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress |
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds, not after Ray's minutes of connection retries, on a wrong host:port."""
+    import socket
+
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise ValueError(f"--executor ray: cannot reach the Ray cluster at {address}: "
+                         f"{e.strerror or type(e).__name__}") from None
 
 
 def _one_line(e: BaseException) -> str:
