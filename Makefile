@@ -32,6 +32,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/recorder_overhead.py
+	$(BIN)/python bench/record_scale.py
 	$(BIN)/python bench/check_scale.py
 
 clean:
