@@ -35,6 +35,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
                                            FakeTensorMode, unset_fake_temporarily)
 
+from tracer.capture import local_ops  # how a functional collective's arguments become a Call
 from tracer.capture.patches import Patcher
 from tracer.capture.recorder import Recorder
 
@@ -56,8 +57,6 @@ class FakeCompute(FakeTensorMode):
         self._busy = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        from tracer.capture import local_ops
-
         ns = func.namespace
         if ns not in ("_c10d_functional", "_dtensor") or self._busy:
             return super().__torch_dispatch__(func, types, args, kwargs)
