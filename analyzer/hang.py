@@ -19,7 +19,8 @@ from analyzer.checks.common import group_table
 from analyzer.checks.ordering import cycle_findings, key_text
 from analyzer.findings import Finding, group_text, ranks_text
 from analyzer.load import Trace
-from analyzer.waitfor import COMM, Blocked, frontier, post_mortem, simulate, to_dot, wait_graph
+from analyzer.settle import settle
+from analyzer.waitfor import COMM, Blocked, frontier, ordered, post_mortem, simulate, to_dot, wait_graph
 
 
 @dataclass
@@ -38,7 +39,12 @@ class HangReport:
 
 def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -> HangReport:
     stopped = post_mortem(trace)
-    stuck = frontier(trace) if stopped else simulate(trace, eager_bytes)
+    if stopped:
+        stuck = frontier(trace)
+    else:  # a dry run: replayed, columnar when no ordering cycle is possible (analyzer.settle)
+        stuck = settle(trace, eager_bytes) if ordered(trace) else None
+        if stuck is None:
+            stuck = simulate(trace, eager_bytes)
     graph = wait_graph(stuck)
     groups = group_table(trace)
     found = cycle_findings(trace, stuck, only_matched=False)

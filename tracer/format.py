@@ -276,7 +276,8 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
             raise TraceFormatError("block column of wrong length")
         blocks.setdefault(int(rec["r"]), []).append(arrays)
     elif kind == "pblock":
-        blocks.setdefault(int(rec["r"]), []).append(_decode_pblock(trace, rec))
+        block = _decode_pblock(trace, rec)  # before setdefault: a corrupt block leaves no empty entry
+        blocks.setdefault(int(rec["r"]), []).append(block)
     elif kind == "atoms":
         if int(rec["base"]) != len(trace.atoms):
             raise TraceFormatError("atom table out of order")

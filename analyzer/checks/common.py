@@ -42,9 +42,16 @@ def majority(values: dict[int, Any]) -> tuple[Any, list[int]]:
     return value, sorted(r for r, v in values.items() if v != value)
 
 
+def is_shapes(value) -> bool:
+    """A list of shapes (lists of ints): what in_shapes / out_shapes atoms hold in a sound trace."""
+    return isinstance(value, list) and all(isinstance(s, list) and all(type(d) is int for d in s) for s in value)
+
+
 def shape_text(shapes) -> str:
     if shapes is None:
         return "-"
+    if not is_shapes(shapes):
+        return str(shapes)
     if len(shapes) == 1:
         return "(" + ", ".join(map(str, shapes[0])) + ")"
     return "[" + ", ".join("(" + ", ".join(map(str, s)) + ")" for s in shapes) + "]"
