@@ -31,9 +31,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python bench/recorder_overhead.py
-	$(BIN)/python bench/record_scale.py
-	$(BIN)/python bench/check_scale.py
+	$(BIN)/python bench/run.py
 
 clean:
 	rm -rf out .pytest_cache

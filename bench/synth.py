@@ -19,7 +19,7 @@ from tracer import format as fmt
 
 
 def generate(path: str, ranks: int = 4096, events: int = 5000, tp: int = 8, skip: int | None = None,
-             dtype_fault: int | None = None, hang: int | None = None) -> None:
+             dtype_fault: int | None = None, hang: int | None = None, verbose: bool = True) -> None:
     """With `hang`, a post-mortem trace (like Flight Recorder dumps of a hung job): every stream
     ends where its rank was stuck: rank `hang` died just before its all-gather at 90 % of the run,
     the other members of its dp group entered that all-gather, everyone else finished it."""
@@ -28,12 +28,12 @@ def generate(path: str, ranks: int = 4096, events: int = 5000, tp: int = 8, skip
                              config={"program": f"synthetic fsdp x tp, {dp} x {tp}"}, torch_version="synthetic")
     w = fmt.TraceWriter(path, header)
     try:
-        _write(w, ranks, events, tp, dp, skip, dtype_fault, hang)
+        _write(w, ranks, events, tp, dp, skip, dtype_fault, hang, verbose)
     finally:
         w.close()
 
 
-def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, dtype_fault, hang) -> None:
+def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, dtype_fault, hang, verbose) -> None:
     w.group(0, "0", list(range(ranks)), "default_pg")
     for t in range(dp):  # tp groups: consecutive ranks
         w.group(1 + t, str(1 + t), list(range(t * tp, (t + 1) * tp)), "mesh_tp")
@@ -94,7 +94,7 @@ def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, 
         w.block(r, cols)
         if hang is None:
             w.end(r, len(cols["op"]))
-        if r % progress_every == 0 and r:
+        if verbose and r % progress_every == 0 and r:
             print(f"  {r}/{ranks} ranks written ({time.perf_counter() - start:.1f} s)", flush=True)
     w.footer()
 
