@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracer.ranks import ranks_text  # noqa: F401  (culprits are printed with it everywhere)
+
 KINDS = ("op_mismatch", "shape_mismatch", "dtype_mismatch", "reduce_op_mismatch", "root_mismatch",
          "split_mismatch", "missing_collective", "unmatched_p2p", "p2p_mismatch", "group_mismatch",
          "deadlock_cycle")
@@ -41,22 +43,6 @@ class Finding:
                "frames": {str(k): v for k, v in self.frames.items()}}
         out.update(self.extra)
         return out
-
-
-def ranks_text(ranks) -> str:
-    """[0,1,2,5] -> '0-2,5'; a long strided list [3,11,...,507] -> '3-507 step 8'."""
-    ranks = sorted(ranks)
-    if len(ranks) > 4 and ranks[1] - ranks[0] > 1 and all(
-            b - a == ranks[1] - ranks[0] for a, b in zip(ranks, ranks[1:])):
-        return f"{ranks[0]}-{ranks[-1]} step {ranks[1] - ranks[0]}"
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def group_text(group: dict | None) -> str:

@@ -20,6 +20,7 @@ from tracer import executors
 from tracer import parts as trace_parts
 from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
+from tracer.ranks import parse_ranks, ranks_text  # noqa: F401  (parse_ranks: the CLI's --ranks)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -38,27 +39,6 @@ class RecordResult:
     """"fake" or "real" per rank: how its tensor math ran."""
     notes: list[str] = field(default_factory=list)
     """Things the user should know (e.g. ranks re-recorded with real compute), one line each."""
-
-
-def parse_ranks(spec: str, world_size: int) -> list[int]:
-    """'all' or '0,3,8-15' -> sorted ranks; ValueError with a one-line message otherwise."""
-    if spec.strip() in ("", "all"):
-        return list(range(world_size))
-    ranks: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                ranks.update(range(lo, hi + 1))
-            else:
-                ranks.add(int(part))
-        except ValueError:
-            raise ValueError(f"--ranks: cannot read {part!r} (use e.g. all or 0,3,8-15)") from None
-    bad = sorted(r for r in ranks if not 0 <= r < world_size)
-    if bad or not ranks:
-        raise ValueError(f"--ranks: {bad or 'none'} outside 0..{world_size - 1}")
-    return sorted(ranks)
 
 
 def record(program: Program, *, world_size: int, out: str, mode: str = "fake", ranks: list[int] | None = None,
@@ -178,26 +158,14 @@ def _note_fallback(result: RecordResult, jobs: list[Job]) -> None:
     except Exception:
         pass
     result.notes.append(f"fake compute: {len(ranks)} rank(s) read tensor values it does not have, recorded again "
-                        f"with real compute (ranks {_ranks_text(ranks)}){': ' + why if why else ''}")
+                        f"with real compute (ranks {ranks_text(ranks)}){': ' + why if why else ''}")
 
 
 def _compute_header(per_rank: dict[int, str]) -> str:
     kinds = set(per_rank.values())
     if len(kinds) == 1:
         return kinds.pop()
-    return "fake, real on ranks " + _ranks_text(sorted(r for r, c in per_rank.items() if c == "real"))
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    """0-3,7 for [0, 1, 2, 3, 7]."""
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ",".join(out)
+    return "fake, real on ranks " + ranks_text(sorted(r for r, c in per_rank.items() if c == "real"))
 
 
 def _exit_reason(code: int | None, timeout: float | None) -> str:
