@@ -81,7 +81,12 @@ def hang(trace: str = typer.Argument(..., help="A trace (dry run or killed run) 
 
     t = _load(trace)
     golden = _load(expected) if expected else None
-    report = analyze(t, golden, eager_bytes)
+    from analyzer.waitfor import ReplayTooLarge
+
+    try:
+        report = analyze(t, golden, eager_bytes)
+    except ReplayTooLarge as e:
+        _fail(str(e))
     if dot:
         with open(dot, "w") as f:
             f.write(report.dot)

@@ -67,8 +67,21 @@ def op_key(ev: dict, rank: int) -> tuple:
     return ("c", ev["group"], ev["seq"])
 
 
+REPLAY_LIMIT = 20_000_000
+"""Comm events the step-by-step Python replay takes on (a dict per event: ~24 GB at 82 M)."""
+
+
+class ReplayTooLarge(ValueError):
+    """The ordering certificate failed on a trace too large for the Python replay (one line)."""
+
+
 def simulate(trace: Trace, eager_bytes: int = 0, skip_groups: set[int] = frozenset()) -> dict[int, Blocked]:
     """Replay every rank's stream under blocking semantics; returns the ranks left blocked."""
+    n = trace.select("rank", ops=COMM).height
+    if n > REPLAY_LIMIT:
+        raise ReplayTooLarge(
+            f"{n:,} comm events do not pass the columnar ordering certificate, and the step-by-step "
+            f"replay stops at {REPLAY_LIMIT:,}: record fewer ranks (--ranks) or steps to check the ordering")
     streams = comm_streams(trace, skip_groups)
     present = set(trace.ranks)
     size = {g["gid"]: len([r for r in g["ranks"] if r in present]) for g in trace.groups.iter_rows(named=True)}
