@@ -149,7 +149,7 @@ def load(path: str | os.PathLike) -> Trace:
             parts = sorted(glob.glob(os.path.join(path, "*.part")) + glob.glob(os.path.join(path, "*.trace")))
             if not parts:
                 raise LoadError(f"{path}: folder holds no .part or .trace files")
-            data = trace_parts.combine([fmt.read_trace(p) for p in parts])
+            data = trace_parts.combine(trace_parts.read_many(parts))
         elif os.path.exists(path):
             data = fmt.read_trace(path)
         else:

@@ -10,8 +10,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from tracer.codec import RankColumns, split
-from tracer.format import (ATOM_COLUMNS, COLUMN_NAMES, COLUMNS, TraceData, TraceFormatError, TraceWriter, atom_key,
-                           default_row, read_header, read_trace)
+from tracer.format import (ATOM_COLUMNS, COLUMN_NAMES, COLUMNS, Arena, TraceData, TraceFormatError, TraceWriter,
+                           atom_key, default_row, read_header, read_trace)
 
 
 class _Tables:
@@ -109,6 +109,42 @@ def combine(datas: list[TraceData]) -> TraceData:
     if not out.complete:
         out.truncated_at = next(d.truncated_at for d in datas if not d.complete)
     return out
+
+
+PARALLEL_FROM = 8
+"""Parts folders of at least this many files are decoded by a process pool."""
+
+
+def read_many(paths: list[str], workers: int | None = None) -> list[TraceData]:
+    """Decode many parts, in parallel processes when there are enough of them (msgpack rows
+    decode in Python, one core each). Errors surface as the TraceFormatError of the first bad
+    part, as a sequential read would give."""
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if workers < 2 or len(paths) < PARALLEL_FROM:
+        return [read_trace(p) for p in paths]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    # forkserver: the analyzer may hold polars' thread pool, which a plain fork can deadlock
+    try:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("forkserver")) as pool:
+            return list(pool.map(_read_detached, paths, chunksize=max(1, len(paths) // (4 * workers))))
+    except BrokenProcessPool:  # workers could not start (e.g. a __main__ read from stdin)
+        return [read_trace(p) for p in paths]
+
+
+def _read_detached(path: str) -> TraceData:
+    """read_trace, with the streams copied out of the reader's arena so that only the events
+    travel back to the parent, not the arena's spare capacity."""
+    data = read_trace(path)
+    for cols in data.columns.values():
+        if isinstance(cols, RankColumns):
+            cols.stream = {name: np.array(col) for name, col in cols.stream.items()}
+            cols.piece = None
+    data.arena = Arena()
+    return data
 
 
 def write_data(path: str | os.PathLike, data: TraceData, rows: bool = False) -> None:
