@@ -59,7 +59,8 @@ def record_example(path: str, out: str, root: str) -> None:
     from tracer import config as config_mod
     from tracer.modes import ALIASES
     from tracer.program import Program
-    from tracer.record import parse_ranks, record
+    from tracer.ranks import parse_ranks
+    from tracer.record import record
 
     if path.endswith(".toml"):
         cfg = config_mod.load(path)

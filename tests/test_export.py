@@ -4,7 +4,6 @@ the parquet / JSON frames round-trip."""
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 from collections import defaultdict

@@ -11,7 +11,6 @@ import os
 
 import pytest
 
-from analyzer.load import load
 from conftest import REPO, sig, stream
 
 AG, RS, AR, A2A = "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single"

@@ -53,7 +53,8 @@ def record(
     from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
     from tracer.program import Program
-    from tracer.record import parse_ranks, record as run_record
+    from tracer.ranks import parse_ranks
+    from tracer.record import record as run_record
 
     if config is not None and (script is not None or entrypoint is not None) and not config.endswith(".toml"):
         ctx.args.insert(0, config)  # `--script x.py -- ARGS`: click hands the first ARG to CONFIG
@@ -89,7 +90,8 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compu
     from tracer import config as config_mod
     from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
-    from tracer.record import parse_ranks, record as run_record
+    from tracer.ranks import parse_ranks
+    from tracer.record import record as run_record
 
     if script is not None or entrypoint is not None:
         _fail("give a CONFIG.toml or --script / --entrypoint, not both (use [job] script in the TOML)")

@@ -20,7 +20,7 @@ from tracer import executors
 from tracer import parts as trace_parts
 from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
-from tracer.ranks import parse_ranks, ranks_text  # noqa: F401  (parse_ranks: the CLI's --ranks)
+from tracer.ranks import ranks_text
 
 
 @dataclass(kw_only=True, slots=True)
