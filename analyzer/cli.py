@@ -138,7 +138,9 @@ def export(trace: str = typer.Argument(..., help="A trace, a folder of parts or 
                                    "trace JSON); parquet: the events frame, plus OUT.groups.parquet; json: both "
                                    "frames in one JSON object."),
            time: str = typer.Option("auto", "--time", help="perfetto: auto (real timestamps of post-mortem traces, "
-                                    "logical time of dry runs), logical (1 us = one event) or real.")) -> None:
+                                    "logical time of dry runs), logical (1 us = one event) or real."),
+           ranks: str = typer.Option("all", "--ranks", help="Only these ranks, e.g. 0-7,64 (a timeline of "
+                                     "thousands of ranks is more than a browser opens).")) -> None:
     """Write the trace for other tools: a Perfetto timeline (a process per rank, a track per
     process group, p2p as flow arrows) or its frames as parquet / JSON. Exit 0 written, 2 bad input."""
     if fmt not in EXPORT_FORMATS:
@@ -147,6 +149,13 @@ def export(trace: str = typer.Argument(..., help="A trace, a folder of parts or 
         _fail(f"--time {time!r}: expected auto, logical or real")
     _writable(output)
     t = _load(trace)
+    if ranks != "all":
+        from tracer.ranks import parse_ranks
+
+        try:
+            t = t.subset(parse_ranks(ranks, t.world_size))
+        except ValueError as e:
+            _fail(str(e))
     if fmt == "perfetto":
         from analyzer.render.perfetto import write_perfetto
 

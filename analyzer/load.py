@@ -101,6 +101,15 @@ class Trace:
             out.append(_back(frame["idx"], col, name) if name in codec.BACK_COLUMNS else col)
         return frame.with_columns(out) if out else frame
 
+    def subset(self, ranks: list[int]) -> "Trace":
+        """The same trace with only these ranks' streams (e.g. to export a slice of a big job)."""
+        import dataclasses
+
+        keep = sorted(set(ranks) & set(self.ranks))
+        return dataclasses.replace(self, stream=self.stream.filter(pl.col("rank").is_in(keep)), ranks=keep,
+                                   status={r: s for r, s in self.status.items() if r in keep}, notes=list(self.notes),
+                                   _events=None)
+
     @property
     def missing_ranks(self) -> list[int]:
         """Ranks the recording was asked for that left no stream."""

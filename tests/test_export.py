@@ -102,6 +102,17 @@ def test_p2p_ring_has_a_flow_per_send(recorded, tmp_path):
     assert "p2p.py" in send["args"]["frame"] and send["name"].startswith("send → ")
 
 
+def test_ranks_slice_keeps_their_events_and_the_flows_between_them(recorded, tmp_path):
+    """--ranks 0-1 of the p2p ring: only those two processes, only sends 0->1 / 1->0 as flows."""
+    path, _ = recorded("p2p", 4, "fake")
+    t = load(path)
+    ev = validate_perfetto(export_perfetto(path, tmp_path / "half.json", "--ranks", "0-1"))
+    assert {e["pid"] for e in ev["X"]} == {1, 2}  # pid = rank + 1
+    assert len(ev["X"]) == t.events.filter(pl.col("rank") <= 1).height
+    within = t.events.filter((pl.col("op") == "send") & (pl.col("rank") <= 1) & (pl.col("peer") <= 1)).height
+    assert 0 < len(ev["s"]) == len(ev["f"]) == within
+
+
 def test_logical_time_is_program_order(tmp_path):
     golden = os.path.join(REPO, "traces", "fsdp_tp_pp_1f1b.trace")
     doc = export_perfetto(golden, tmp_path / "pp.json")
@@ -171,6 +182,7 @@ def test_json_export(recorded, tmp_path):
     (["--time", "wall"], "--time 'wall'"),
     (["-o", "/nonexistent-dir/x.json"], "cannot write"),
     (["-o", "."], "is a folder"),
+    (["--ranks", "2-9"], "--ranks: [4, 5, 6, 7, 8, 9] outside 0..3"),
 ])
 def test_bad_input_is_one_line_exit_2(args, msg, tmp_path):
     golden = os.path.join(REPO, "traces", "fsdp.trace")
