@@ -126,11 +126,23 @@ def next_expected(trace: Trace, golden: Trace, rank: int, waited: tuple | None =
 def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
     """Per stuck collective instance: who is in it and who never arrived (for the tables)."""
     groups = group_table(trace)
+    waited = waited_ops(trace, report.stuck, [r for r, b in report.stuck.items() if b.event["op"] == "wait"])
     out: dict[tuple, dict] = {}
     for b in report.stuck.values():
-        row = out.setdefault(b.key, {"what": key_text(b.key, groups, b.event["op"] if b.event["op"] != "wait"
-                                                        else "op"),
+        what = (key_text(b.key, groups, b.event["op"]) if b.event["op"] != "wait"
+                else "wait on " + key_text(b.key, groups, waited.get(b.rank, "op")))
+        row = out.setdefault(b.key, {"what": what,
                                      "group": group_text(groups.get(b.key[1])), "blocked": [], "missing": set()})
         row["blocked"].append(b.rank)
         row["missing"].update(b.waits_for)
     return [dict(r, blocked=sorted(r["blocked"]), missing=sorted(r["missing"])) for r in out.values()]
+
+
+def waited_ops(trace: Trace, stuck: dict[int, Blocked], ranks: list[int]) -> dict[int, str]:
+    """For stuck ranks blocked at a `wait`: the op it waits on (one select, any count)."""
+    refs = [(r, stuck[r].event["ref"]) for r in ranks if r in stuck and stuck[r].event["op"] == "wait"]
+    if not refs:
+        return {}
+    want = pl.DataFrame(refs, schema={"rank": pl.Int32, "idx": pl.Int32}, orient="row")
+    ops = trace.select("rank", "idx", "op", ranks=sorted({r for r, _ in refs}))
+    return {r: str(op) for r, _, op in want.join(ops, on=["rank", "idx"], how="inner").iter_rows()}

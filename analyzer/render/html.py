@@ -154,10 +154,7 @@ def hang_section(report, picture) -> str:
         parts.append(figure(picture.svg, "Wait-for graph: an arrow <b>r → m</b> means rank r waits for rank m. "
                             f"{esc(hang.semantics.capitalize())} semantics.{left_out}", "waitfor"))
     shown = report.frontier[:MAX_ROWS]
-    waited = waited_ops(report, [r["blocked"][0] for r in shown])
-    # hang names a rank blocked at a wait "op #n": say which op it waits on
-    rows = [[f"wait on {waited[r['blocked'][0]]}{r['what'][2:]}" if r["blocked"][0] in waited else r["what"],
-             r["group"], ranks_brief(r["blocked"]), ranks_brief(r["missing"])] for r in shown]
+    rows = [[r["what"], r["group"], ranks_brief(r["blocked"]), ranks_brief(r["missing"])] for r in shown]
     parts.append("<h3>Stuck frontier</h3>" + table(["blocked in", "group", "blocked ranks", "waiting for"], rows,
                                                     total=len(report.frontier)))
     lead = (f"{len(hang.stuck)} rank{'s' if len(hang.stuck) != 1 else ''} stuck ({esc(hang.semantics)}): "
@@ -223,20 +220,6 @@ def render(report) -> str:
             + "\n".join(body) + "</main></body></html>\n")
 
 
-def waited_ops(report, ranks: list[int]) -> dict[int, str]:
-    """For the given stuck ranks blocked at a `wait`: the op it waits on (one join, any count)."""
-    import polars as pl
-
-    refs = [(r, report.hang.stuck[r].event["ref"]) for r in ranks
-            if r in report.hang.stuck and report.hang.stuck[r].event["op"] == "wait"]
-    if not refs:
-        return {}
-    want = pl.DataFrame(refs, schema={"rank": pl.Int32, "idx": pl.Int32}, orient="row")
-    ops = report.trace.select("rank", "idx", "op", ranks=sorted({r for r, _ in refs}))
-    found = want.join(ops, on=["rank", "idx"], how="inner")
-    return {r: str(op) for r, _, op in found.iter_rows()}
-
-
 def node_note(report, rank: int) -> str:
     """What a rank of the wait-for graph is blocked in and where (short: it sits under a node), or
     what it never entered."""
@@ -249,7 +232,9 @@ def node_note(report, rank: int) -> str:
         return f"never entered\n{stalled[0].extra.get('never_entered', '?')}" if stalled else ""
     op = b.event["op"]
     if op == "wait":
-        op = "wait on " + waited_ops(report, [rank]).get(rank, "op")
+        from analyzer.hang import waited_ops
+
+        op = "wait on " + waited_ops(report.trace, report.hang.stuck, [rank]).get(rank, "op")
     labels = report.trace.groups.filter(pl.col("gid") == b.key[1])["label"]
     group = labels[0] if len(labels) else "?"
     what = (f"{op} #{b.key[2]} on {group}" if b.key[0] == "c"
