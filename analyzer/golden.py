@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from tracer import format as fmt
 from tracer import parts as trace_parts
+from tracer import reader as trace_reader
 from tracer.codec import split
 
 DEFAULT_SCRIPT_WORLD_SIZE = 4
@@ -118,7 +119,7 @@ def canonical(data: fmt.TraceData, root: str, cwd: str) -> fmt.TraceData:
 
 
 def write_golden(trace_path: str, golden_path: str, root: str, cwd: str | None = None) -> None:
-    data = canonical(fmt.read_trace(trace_path), root, cwd or os.getcwd())
+    data = canonical(trace_reader.read_trace(trace_path), root, cwd or os.getcwd())
     os.makedirs(os.path.dirname(golden_path) or ".", exist_ok=True)
     tmp = golden_path + ".tmp"
     trace_parts.write_data(tmp, data)

@@ -25,6 +25,7 @@ from analyzer.findings import ranks_text
 from tracer import codec
 from tracer import format as fmt
 from tracer import parts as trace_parts
+from tracer import reader as trace_reader
 
 _POLARS = {"<i4": pl.Int32, "<i8": pl.Int64, "u1": pl.UInt8, "<f8": pl.Float64}
 STRING_COLUMNS = ("op", "dtype", "reduce_op", "module", "phase", "frame")
@@ -160,7 +161,7 @@ def load(path: str | os.PathLike) -> Trace:
                 raise LoadError(f"{path}: folder holds no .part or .trace files")
             data = trace_parts.combine(trace_parts.read_many(parts))
         elif os.path.exists(path):
-            data = fmt.read_trace(path)
+            data = trace_reader.read_trace(path)
         else:
             raise LoadError(f"{path}: no such file")
     except fmt.TraceFormatError as e:

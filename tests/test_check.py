@@ -101,9 +101,10 @@ def test_missing_rank_is_noted_and_the_rest_checked(recorded, tmp_path):
     """A parts folder that lost one rank: the note names it; the others are still checked."""
     from tracer import format as fmt
     from tracer import parts as trace_parts
+    from tracer import reader as trace_reader
 
     path, _ = recorded("bug_dtype", 4, "fake")
-    data = fmt.read_trace(path)
+    data = trace_reader.read_trace(path)
     for rank in (0, 1, 2):  # rank 3's part is lost
         part = fmt.TraceData(header=dict(data.header, ranks=[rank], part=True), atoms=data.atoms,
                              groups=data.groups, columns={rank: data.columns[rank]}, ends={rank: data.ends[rank]})

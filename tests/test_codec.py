@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from tracer import codec
 from tracer import format as fmt
+from tracer import reader as trace_reader
 
 
 @pytest.mark.parametrize("values, kind", [
@@ -75,6 +76,6 @@ def test_a_training_stream_packs_under_16_bytes_per_event(tmp_path):
     w.footer()
     w.close()
     assert path.stat().st_size / n <= 16
-    back = fmt.read_trace(path).columns[0]
+    back = trace_reader.read_trace(path).columns[0]
     assert np.allclose(back["ts"], cols["ts"], atol=1e-6)
     assert all(np.array_equal(back[c], cols[c]) for c in fmt.COLUMN_NAMES if c != "ts")

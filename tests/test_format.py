@@ -6,6 +6,7 @@ import pytest
 
 from tracer import format as fmt
 from tracer import parts as trace_parts
+from tracer import reader as trace_reader
 
 
 def _header(ranks=(0, 1), **kw):
@@ -27,7 +28,7 @@ def trace_file(tmp_path):
 
 
 def test_round_trip(trace_file):
-    d = fmt.read_trace(trace_file)
+    d = trace_reader.read_trace(trace_file)
     assert d.complete and d.truncated_at is None and d.notes == []
     assert d.header["version"] == list(fmt.VERSION) and d.header["world_size"] == 4
     assert sorted(d.columns) == [0, 1]
@@ -41,7 +42,7 @@ def test_round_trip(trace_file):
 
 def test_every_truncation_keeps_the_complete_prefix(trace_file):
     data = trace_file.read_bytes()
-    full = fmt.read_trace(trace_file)
+    full = trace_reader.read_trace(trace_file)
     header_len = len(msgpack.packb(_header(), use_bin_type=True))
     cut_path = trace_file.parent / "cut.trace"
     seen = set()
@@ -49,9 +50,9 @@ def test_every_truncation_keeps_the_complete_prefix(trace_file):
         cut_path.write_bytes(data[:cut])
         if cut < header_len:
             with pytest.raises(fmt.TraceFormatError):
-                fmt.read_trace(cut_path)
+                trace_reader.read_trace(cut_path)
             continue
-        d = fmt.read_trace(cut_path)
+        d = trace_reader.read_trace(cut_path)
         assert d.truncated_at is not None and not d.complete
         assert any("truncated" in n for n in d.notes)
         for rank, cols in d.columns.items():
@@ -67,7 +68,7 @@ def test_newer_major_version_refused(tmp_path):
     header["version"] = [fmt.VERSION[0] + 1, 0]
     path.write_bytes(msgpack.packb(header))
     with pytest.raises(fmt.TraceFormatError, match="newer than this reader"):
-        fmt.read_trace(path)
+        trace_reader.read_trace(path)
 
 
 @pytest.mark.parametrize("content", [b"", b"hello world\n", b"\x00" * 64, msgpack.packb({"t": "header"}),
@@ -76,7 +77,7 @@ def test_not_a_trace(tmp_path, content):
     path = tmp_path / "x.trace"
     path.write_bytes(content)
     with pytest.raises(fmt.TraceFormatError):
-        fmt.read_trace(path)
+        trace_reader.read_trace(path)
 
 
 def test_merge_parts_remaps_atoms_and_groups(tmp_path):
@@ -86,14 +87,14 @@ def test_merge_parts_remaps_atoms_and_groups(tmp_path):
     evs = [dict(e, op="broadcast") for e in _events(2)]
     trace_parts.write_all(tmp_path / "rank_2.part", _header([2], part=True), {2: evs}, groups=[other])
     summary = trace_parts.merge([tmp_path / "rank_0.part", tmp_path / "rank_2.part"], tmp_path / "m.trace")
-    d = fmt.read_trace(tmp_path / "m.trace")
+    d = trace_reader.read_trace(tmp_path / "m.trace")
     assert d.complete and d.header["ranks"] == [0, 2] and not d.header["part"]
     assert {g["name"] for g in d.groups.values()} == {"7", "8"}
     assert [d.atoms[i] for i in d.columns[0]["op"]] == ["all_reduce"] * 2
     assert [d.atoms[i] for i in d.columns[2]["op"]] == ["broadcast"] * 2
     assert d.groups[int(d.columns[2]["group"][0])]["ranks"] == [2, 3]
     assert summary.ends[2]["status"] == "ok"
-    combined = trace_parts.combine([fmt.read_trace(tmp_path / "rank_0.part"), fmt.read_trace(tmp_path / "rank_2.part")])
+    combined = trace_parts.combine([trace_reader.read_trace(tmp_path / "rank_0.part"), trace_reader.read_trace(tmp_path / "rank_2.part")])
     assert [combined.atoms[i] for i in combined.columns[2]["op"]] == ["broadcast"] * 2
 
 
@@ -103,7 +104,7 @@ def test_columns_are_packed_blocks(trace_file, tmp_path):
     trace_parts.merge([trace_file], out)
     kinds = [r["t"] for r in msgpack.Unpacker(open(out, "rb"), raw=False, strict_map_key=False)]
     assert kinds.count("pblock") == 2 and "ev" not in kinds
-    d = fmt.read_trace(out)
+    d = trace_reader.read_trace(out)
     assert isinstance(d.columns[0]["in_bytes"], np.ndarray) and d.columns[0]["in_bytes"].dtype == np.int64
 
 
@@ -120,9 +121,9 @@ def test_v1_plain_blocks_are_still_read(tmp_path):
                                                           for n, dt in fmt.COLUMNS]},
                     {"t": "end", "r": 0, "n": 3, "status": "ok", "error": None}, {"t": "footer"}):
             f.write(msgpack.packb(rec, use_bin_type=True))
-    d = fmt.read_trace(path)
+    d = trace_reader.read_trace(path)
     assert d.columns[0]["seq"].tolist() == [0, 1, 2] and d.columns[0]["ts"].tolist() == [0.5, 1.0, 2.25]
     trace_parts.write_data(tmp_path / "v2.trace", d)
-    again = fmt.read_trace(tmp_path / "v2.trace")
+    again = trace_reader.read_trace(tmp_path / "v2.trace")
     assert again.header["version"] == [2, 0]
     assert {k: again.columns[0][k].tolist() for k in fmt.COLUMN_NAMES} == {k: v.tolist() for k, v in cols.items()}

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from analyzer.checks import run_checks
 from analyzer.load import LoadError, load
 from analyzer.summary import summarize
-from tracer import format as fmt
 from tracer import parts as trace_parts
+from tracer import reader as trace_reader
 
 _SAMPLES: dict[str, bytes] = {}
 
@@ -18,7 +18,7 @@ def _sample(recorded, tmp_path_factory, kind: str) -> bytes:
         path, _ = recorded("bug_subgroup_skip", 8, "fake")
         _SAMPLES["blocks"] = open(path, "rb").read()
         rows = tmp_path_factory.mktemp("rows") / "all.part"
-        trace_parts.write_data(rows, fmt.read_trace(path), rows=True)
+        trace_parts.write_data(rows, trace_reader.read_trace(path), rows=True)
         _SAMPLES["rows"] = rows.read_bytes()
     return _SAMPLES[kind]
 

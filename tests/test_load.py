@@ -10,6 +10,7 @@ from polars.testing import assert_frame_equal
 from analyzer.load import load
 from tracer import format as fmt
 from tracer import parts as trace_parts
+from tracer import reader as trace_reader
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(REPO, "traces", "fsdp_tp_pp_1f1b.trace")  # p2p, waits, several groups
@@ -29,7 +30,7 @@ def test_select_is_a_filtered_events_frame():
 
 def test_merged_trace_loads_like_its_parts(tmp_path):
     """Arena path (one merged file) vs concatenation path (a folder of row parts)."""
-    data = fmt.read_trace(GOLDEN)
+    data = trace_reader.read_trace(GOLDEN)
     for rank in sorted(data.columns):
         part = fmt.TraceData(header=dict(data.header, ranks=[rank], part=True), atoms=data.atoms,
                              groups=data.groups, columns={rank: data.columns[rank]}, ends={rank: data.ends[rank]})

@@ -11,6 +11,7 @@ from analyzer.load import load
 from conftest import REPO
 from tracer import format as fmt
 from tracer import parts as trace_parts
+from tracer import reader as trace_reader
 from tracer.replay import ReplayError, plan, replay
 
 
@@ -85,7 +86,7 @@ def test_recorded_cycle_hangs_on_gloo_and_the_replay_names_it(recorded, tmp_path
 @pytest.fixture
 def partial(recorded, tmp_path):
     """The p2p ring's trace with rank 3's stream gone."""
-    data = fmt.read_trace(recorded("p2p", 4, "fake")[0])
+    data = trace_reader.read_trace(recorded("p2p", 4, "fake")[0])
     del data.columns[3], data.ends[3]
     data.header = dict(data.header, ranks=[0, 1, 2])
     path = str(tmp_path / "partial.trace")
@@ -95,14 +96,14 @@ def partial(recorded, tmp_path):
 
 def test_partial_trace_is_refused_in_one_line(partial, tmp_path):
     with pytest.raises(ReplayError, match="ranks 3 missing"):
-        plan(fmt.read_trace(partial))
+        plan(trace_reader.read_trace(partial))
     proc = _cli(partial, "-o", str(tmp_path / "r.trace"))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--prefix" in proc.stderr
 
 
 def test_prefix_replays_what_every_partner_reached(partial, tmp_path):
-    p = plan(fmt.read_trace(partial), prefix=True)
+    p = plan(trace_reader.read_trace(partial), prefix=True)
     assert [ev["op"] for ev in p.events[3]] == ["init_process_group"]  # borrowed group creation only
     assert all(ev["peer"] != 3 for evs in p.events.values() for ev in evs if ev["op"] in ("send", "recv"))
     res = replay(partial, out=str(tmp_path / "r.trace"), timeout=30, prefix=True)
@@ -110,7 +111,7 @@ def test_prefix_replays_what_every_partner_reached(partial, tmp_path):
 
 
 def test_steps_keeps_only_early_events(recorded):
-    data = fmt.read_trace(recorded("tp", 4, "fake")[0])
+    data = trace_reader.read_trace(recorded("tp", 4, "fake")[0])
     full, one = plan(data), plan(data, steps=1)
     assert 0 < len(one.events[0]) < len(full.events[0])
     assert all(ev["step"] < 1 for ev in one.events[0] if ev["op"] not in fmt.GROUP_OPS)

@@ -1,5 +1,6 @@
-"""The commtrace trace format, v2: the one place that knows the bytes (with tracer/codec.py,
-which packs the columns of a block).
+"""The commtrace trace format, v2: the records, their layout constants and the writer. With
+tracer/reader.py (decoding) and tracer/codec.py (a block's column packings), the only code that
+knows the bytes.
 
 Torch-free on purpose: the analyzer imports this module and must start without torch.
 See docs/trace-format.md for the layout. In short, a trace is a stream of msgpack
@@ -60,13 +61,14 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("ts", "<f8"),  # seconds since the rank started recording (not deterministic)
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
-PATTERN_COLUMNS = tuple(name for name in COLUMN_NAMES if name not in codec.STREAM_COLUMNS)
-_STREAM = ("code",) + codec.STREAM_COLUMNS
-_DTYPES = dict(COLUMNS)
+DTYPES = dict(COLUMNS)
 ATOM_COLUMNS = ("op", "dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info", "module", "phase", "frame")
-_ATOM_AT = [PATTERN_COLUMNS.index(name) for name in ATOM_COLUMNS]
-_GROUP_AT = PATTERN_COLUMNS.index("group")
-_INT_COLUMNS = tuple(name for name in COLUMN_NAMES if name != "ts")
+INT_COLUMNS = tuple(name for name in COLUMN_NAMES if name != "ts")
+# pblock layout: the pattern table's columns (a matrix, in this order) and the per-event columns
+PATTERN_COLUMNS = tuple(name for name in COLUMN_NAMES if name not in codec.STREAM_COLUMNS)
+PATTERN_ATOM_AT = [PATTERN_COLUMNS.index(name) for name in ATOM_COLUMNS]
+PATTERN_GROUP_AT = PATTERN_COLUMNS.index("group")
+PBLOCK_STREAM = ("code",) + codec.STREAM_COLUMNS
 _NONE_ROW = {name: (0.0 if dt == "<f8" else -1) for name, dt in COLUMNS}
 _NONE_ROW.update(async_op=0, step=0, seq=-1)
 
@@ -101,14 +103,31 @@ def atom_key(value: Any) -> Any:
     return (type(value), msgpack.packb(value))
 
 
+class AtomTable:
+    """Interned values and their ids, in first-seen order (a writer's table, or one for many
+    parts combined in memory)."""
+
+    def __init__(self):
+        self.values: list = []
+        self._ids: dict[Any, int] = {}
+
+    def intern(self, value: Any) -> int:
+        key = atom_key(value)
+        aid = self._ids.get(key)
+        if aid is None:
+            aid = self._ids[key] = len(self.values)
+            self.values.append(value)
+        return aid
+
+
 class TraceWriter:
     """Appends records to a trace. Each record is one write(), so a killed process leaves
     every record it finished and at most one partial record at the tail."""
 
     def __init__(self, path: str | os.PathLike, header: dict):
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._atoms: dict[Any, int] = {}
-        self._pending: list = []
+        self._atoms = AtomTable()
+        self._flushed = 0  # atoms written so far
         self._packer = msgpack.Packer(use_bin_type=True)
         self._write(dict(header, version=list(VERSION)))  # what this writer writes, whatever was read
 
@@ -120,20 +139,13 @@ class TraceWriter:
 
     def atom(self, value: Any) -> int:
         """Intern a msgpack-able value; returns its id. None is -1."""
-        if value is None:
-            return -1
-        key = atom_key(value)
-        aid = self._atoms.get(key)
-        if aid is None:
-            aid = self._atoms[key] = len(self._atoms)
-            self._pending.append(value)
-        return aid
+        return -1 if value is None else self._atoms.intern(value)
 
     def _flush_atoms(self) -> None:
-        if self._pending:
-            base = len(self._atoms) - len(self._pending)
-            self._write({"t": "atoms", "base": base, "v": self._pending})
-            self._pending = []
+        values = self._atoms.values
+        if len(values) > self._flushed:
+            self._write({"t": "atoms", "base": self._flushed, "v": values[self._flushed:]})
+            self._flushed = len(values)
 
     def group(self, gid: int, name: str, ranks: list[int], desc: str) -> None:
         self._write({"t": "group", "gid": gid, "name": name, "ranks": list(ranks), "desc": desc})
@@ -153,7 +165,7 @@ class TraceWriter:
             stream = dict(rc.stream, ts=np.round(rc.stream["ts"] * codec.TS_TICKS))
             self._write({"t": "pblock", "r": rank, "n": stop - start, "k": len(rc.patterns["op"]),
                          "p": codec.encode_table([rc.patterns[name] for name in PATTERN_COLUMNS]),
-                         "s": [codec.encode(stream[name]) for name in _STREAM]})
+                         "s": [codec.encode(stream[name]) for name in PBLOCK_STREAM]})
 
     def end(self, rank: int, n_events: int, status: str = "ok", error: str | None = None) -> None:
         self._flush_atoms()
@@ -192,109 +204,6 @@ class TraceData:
         return sorted(set(self.header.get("ranks", [])) | set(self.columns))
 
 
-def _check_header(rec: Any, source: str) -> dict:
-    if not isinstance(rec, dict) or rec.get("t") != "header" or rec.get("format") != FORMAT_NAME:
-        raise TraceFormatError(f"{source}: not a commtrace trace (no commtrace header)")
-    version = rec.get("version")
-    if not (isinstance(version, list) and len(version) == 2 and all(isinstance(v, int) for v in version)):
-        raise TraceFormatError(f"{source}: corrupt header (version)")
-    if version[0] > VERSION[0]:
-        raise TraceFormatError(
-            f"{source}: trace format v{version[0]}.{version[1]} is newer than this reader "
-            f"(v{VERSION[0]}.{VERSION[1]}); upgrade commtrace")
-    if not isinstance(rec.get("world_size"), int) or rec["world_size"] <= 0:
-        raise TraceFormatError(f"{source}: corrupt header (world_size)")
-    columns = rec.get("columns")
-    if not isinstance(columns, list) or [tuple(c) for c in columns if isinstance(c, list)][:len(COLUMNS)] != list(COLUMNS):
-        raise TraceFormatError(f"{source}: unsupported column layout")
-    return rec
-
-
-def read_trace(path: str | os.PathLike) -> TraceData:
-    """Decode a trace or part file. A truncated file yields every complete record before the
-    cut and sets `truncated_at`; anything that is not a trace raises TraceFormatError."""
-    source = os.fspath(path)
-    try:
-        f = open(source, "rb")
-    except IsADirectoryError:
-        raise TraceFormatError(f"{source}: is a folder, not a trace file") from None
-    except OSError as e:
-        raise TraceFormatError(f"{source}: cannot read ({e.strerror})") from None
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if not size:
-            raise TraceFormatError(f"{source}: empty file")
-        # streamed: the file is never held in memory twice (bins become the column buffers)
-        limit = min(max(size, 1 << 20), 1 << 31)
-        unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=min(1 << 24, limit),
-                                    max_buffer_size=limit)
-        trace: TraceData | None = None
-        rows: dict[int, list] = {}
-        blocks: dict[int, list] = {}
-        offset = 0
-        try:
-            for rec in unpacker:
-                if trace is None:
-                    trace = TraceData(header=_check_header(rec, source))
-                else:
-                    _apply(trace, rec, rows, blocks)
-                offset = unpacker.tell()
-        except TraceFormatError:
-            raise
-        except Exception as e:  # msgpack raises several types on corrupt bytes
-            if trace is None:
-                raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
-            trace.notes.append(f"corrupt record at byte {offset}: {type(e).__name__}; kept what came before")
-            trace.truncated_at = offset
-    if trace is None:
-        raise TraceFormatError(f"{source}: not a commtrace trace (truncated header)")
-    if trace.truncated_at is None and offset < size:
-        trace.truncated_at = offset
-    if not trace.complete and trace.truncated_at is None:
-        trace.truncated_at = offset
-    if trace.truncated_at is not None:
-        trace.notes.append(f"{os.path.basename(source)}: truncated at byte {trace.truncated_at} of {size}")
-    _assemble(trace, rows, blocks)
-    return trace
-
-
-def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
-    if not isinstance(rec, dict):
-        raise TraceFormatError("record is not a map")
-    kind = rec.get("t")
-    if kind == "ev":
-        values = rec["v"]
-        if not isinstance(values, list) or len(values) != len(COLUMNS):
-            raise TraceFormatError("event row of wrong width")
-        rows.setdefault(int(rec["r"]), []).append(values)
-    elif kind == "block":
-        n, cols = int(rec["n"]), rec["c"]
-        if len(cols) != len(COLUMNS):
-            raise TraceFormatError("block of wrong width")
-        arrays = {name: np.frombuffer(buf, dtype=dt) for (name, dt), buf in zip(COLUMNS, cols)}
-        if any(len(a) != n for a in arrays.values()):
-            raise TraceFormatError("block column of wrong length")
-        blocks.setdefault(int(rec["r"]), []).append(arrays)
-    elif kind == "pblock":
-        block = _decode_pblock(trace, rec)  # before setdefault: a corrupt block leaves no empty entry
-        blocks.setdefault(int(rec["r"]), []).append(block)
-    elif kind == "atoms":
-        if int(rec["base"]) != len(trace.atoms):
-            raise TraceFormatError("atom table out of order")
-        trace.atoms.extend(rec["v"])
-    elif kind == "group":
-        trace.groups[int(rec["gid"])] = {
-            "gid": int(rec["gid"]), "name": str(rec["name"]), "ranks": [int(r) for r in rec["ranks"]],
-            "desc": str(rec["desc"])}
-    elif kind == "end":
-        trace.ends[int(rec["r"])] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": rec.get("error")}
-    elif kind == "footer":
-        trace.complete = True
-    elif kind == "header":
-        raise TraceFormatError("second header")
-    # unknown record types from a newer minor version are skipped on purpose
-
-
 class Arena:
     """The per-event columns of many blocks, decoded in file order into a few big buffers
     instead of one small array per block: a loader can hand the buffers to a dataframe as they
@@ -311,8 +220,8 @@ class Arena:
     def take(self, n: int) -> tuple[tuple[int, int, int], dict[str, np.ndarray]]:
         if not self.chunks or self.used[-1] + n > len(self.chunks[-1]["code"]):
             size = max(self.CHUNK, n)
-            self.chunks.append({name: np.empty(size, dtype=np.int32 if name == "code" else _DTYPES[name])
-                                for name in _STREAM})
+            self.chunks.append({name: np.empty(size, dtype=np.int32 if name == "code" else DTYPES[name])
+                                for name in PBLOCK_STREAM})
             self.used.append(0)
         c, start = len(self.chunks) - 1, self.used[-1]
         self.used[-1] = start + n
@@ -327,105 +236,6 @@ class Arena:
         """Release one column's buffers (once nothing else holds a view of them)."""
         for chunk in self.chunks:
             chunk.pop(name, None)
-
-
-def _decode_pblock(trace: TraceData, rec: dict) -> codec.RankColumns:
-    n, k, packed_p, packed_s = int(rec["n"]), int(rec["k"]), rec["p"], rec["s"]
-    if not (0 < n <= BLOCK_EVENTS and 0 < k <= n):
-        raise TraceFormatError("block of impossible size")
-    if len(packed_s) != len(_STREAM):
-        raise TraceFormatError("block of wrong width")
-    try:
-        table = codec.decode_table(packed_p, k, len(PATTERN_COLUMNS))
-        _validate(table, _ATOM_AT, _GROUP_AT, trace)  # atoms and groups precede their first use
-        patterns = {name: table[:, j].astype(_DTYPES[name]) for j, name in enumerate(PATTERN_COLUMNS)}
-        code = codec.decode(packed_s[0], n)
-        if code.min() < 0 or code.max() >= k:
-            raise TraceFormatError("event refers to a missing pattern")
-        piece, stream = trace.arena.take(n)
-        stream["code"][:] = code
-        for name, x in zip(_STREAM[1:], packed_s[1:]):
-            codec.decode(x, n, out=stream[name])
-    except codec.CodecError as e:
-        raise TraceFormatError(str(e)) from None
-    stream["ts"] /= codec.TS_TICKS
-    rc = codec.RankColumns(patterns, stream, COLUMN_NAMES)
-    rc.piece = piece
-    return rc
-
-
-def concat_ranks(pieces: list) -> codec.RankColumns:
-    """Several blocks of one rank (pattern-coded or plain) as one RankColumns."""
-    pieces = [codec.split(p, COLUMNS) for p in pieces]
-    if len(pieces) == 1:
-        return pieces[0]
-    offsets = np.cumsum([0] + [len(p.patterns["op"]) for p in pieces[:-1]])
-    patterns = {name: np.concatenate([p.patterns[name] for p in pieces]) for name in pieces[0].patterns}
-    stream = {name: np.concatenate([p.stream[name] + (off if name == "code" else 0) for p, off in zip(pieces, offsets)])
-              for name in pieces[0].stream}
-    stream["code"] = stream["code"].astype(np.int32)
-    return codec.RankColumns(patterns, stream, COLUMN_NAMES)
-
-
-def _validate(table: np.ndarray, atom_at: list[int], group_at: int, trace: TraceData) -> None:
-    """Every atom and group id a pattern table uses exists (one min / max over the matrix)."""
-    atoms = table[:, atom_at]
-    if atoms.size and (atoms.min() < -1 or atoms.max() >= len(trace.atoms)):
-        raise TraceFormatError("an event refers to a missing atom")
-    groups = table[:, group_at]
-    if not groups.size:
-        return
-    if trace.known_gids is None or trace.known_gids[0] != len(trace.groups):  # groups came since: rebuild
-        known = np.zeros(max(trace.groups, default=-1) + 2, dtype=bool)
-        known[[g + 1 for g in trace.groups]] = True
-        known[0] = True  # -1: no group
-        trace.known_gids = (len(trace.groups), known)
-    known = trace.known_gids[1]
-    if groups.min() < -1 or groups.max() + 1 >= len(known) or not known[groups + 1].all():
-        raise TraceFormatError("an event refers to a missing process group")
-
-
-def _assemble(trace: TraceData, rows: dict, blocks: dict) -> None:
-    world = trace.header["world_size"]
-    plain_at = [_INT_COLUMNS.index(name) for name in ATOM_COLUMNS]
-    for rank in sorted(set(rows) | set(blocks)):
-        if not 0 <= rank < world:
-            raise TraceFormatError(f"events of rank {rank} in a trace of world size {world}")
-        parts = list(blocks.get(rank, []))
-        if rows.get(rank):
-            parts.append(_rows_to_columns(rows[rank]))
-        for p in parts:
-            if not isinstance(p, codec.RankColumns):  # rows and v1 blocks: checked here
-                mat = np.stack([np.asarray(p[name], dtype=np.int64) for name in _INT_COLUMNS], axis=1)
-                try:
-                    _validate(mat, plain_at, _INT_COLUMNS.index("group"), trace)
-                except TraceFormatError as e:
-                    raise TraceFormatError(f"rank {rank}: {e}") from None
-        trace.columns[rank] = concat_ranks(parts)
-
-
-def _rows_to_columns(rows: list[list]) -> dict[str, np.ndarray]:
-    out = {}
-    for (name, dt), values in zip(COLUMNS, zip(*rows)):
-        try:
-            out[name] = np.asarray(values, dtype=dt)
-        except (TypeError, ValueError, OverflowError):
-            raise TraceFormatError(f"event column {name} holds a non-number") from None
-    return out
-
-
-def read_header(path: str | os.PathLike) -> dict:
-    """Only the header of a trace or part (cheap: reads the first record)."""
-    source = os.fspath(path)
-    try:
-        with open(source, "rb") as f:
-            unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, max_buffer_size=1 << 24)
-            rec = next(unpacker)
-    except OSError as e:
-        raise TraceFormatError(f"{source}: cannot read ({e.strerror})") from None
-    except Exception as e:
-        raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
-    return _check_header(rec, source)
 
 
 # Op vocabulary shared by the recorder and the analyzer.

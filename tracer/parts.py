@@ -10,8 +10,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from tracer.codec import RankColumns, split
-from tracer.format import (ATOM_COLUMNS, COLUMN_NAMES, COLUMNS, Arena, TraceData, TraceFormatError, TraceWriter,
-                           atom_key, default_row, read_header, read_trace)
+from tracer.format import (ATOM_COLUMNS, COLUMN_NAMES, COLUMNS, Arena, AtomTable, TraceData, TraceFormatError,
+                           TraceWriter, default_row)
+from tracer.reader import read_header, read_trace
 
 
 class _Tables:
@@ -19,20 +20,16 @@ class _Tables:
 
     def __init__(self, writer: TraceWriter | None = None):
         self.writer = writer
-        self.atoms: list = []
-        self._atom_ids: dict[Any, int] = {}
+        self._atoms = AtomTable()
         self.groups: dict[int, dict] = {}
         self._group_ids: dict[tuple, int] = {}
 
+    @property
+    def atoms(self) -> list:
+        return self._atoms.values
+
     def _atom(self, value: Any) -> int:
-        if self.writer is not None:
-            return self.writer.atom(value)
-        key = atom_key(value)
-        aid = self._atom_ids.get(key)
-        if aid is None:
-            aid = self._atom_ids[key] = len(self.atoms)
-            self.atoms.append(value)
-        return aid
+        return self.writer.atom(value) if self.writer is not None else self._atoms.intern(value)
 
     def remap(self, data: TraceData) -> dict[int, dict[str, np.ndarray]]:
         gmap = np.full(max(data.groups, default=-1) + 2, -1, dtype=np.int32)

@@ -111,7 +111,8 @@ def collect_parts(inputs: list[str]) -> list[str]:
     """What `tracer merge` joins: each input a folder (its *.part files), a .part file or a
     (partial) .trace, e.g. the shards of a recording split with --ranks. ValueError (one line)
     when an input is missing or empty, or two of them hold the same rank or world size differs."""
-    from tracer.format import TraceFormatError, read_header
+    from tracer.format import TraceFormatError
+    from tracer.reader import read_header
 
     files: list[str] = []
     for path in inputs:
@@ -151,7 +152,7 @@ def _note_fallback(result: RecordResult, jobs: list[Job]) -> None:
     ranks = [r for j in jobs for r in j.ranks]
     why = ""
     try:  # the first rank's reason, from its part (written before the process exited)
-        from tracer.format import read_trace
+        from tracer.reader import read_trace
 
         end = read_trace(os.path.join(jobs[0].parts_dir, f"rank_{ranks[0]:05d}.part")).ends.get(ranks[0])
         why = (end or {}).get("error") or ""

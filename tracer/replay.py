@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from tracer import format as fmt
 from tracer import parts as trace_parts
+from tracer import reader as trace_reader
 
 STARTUP_S = 120.0  # at most this long for the ranks to start and join, on top of --timeout
 _COMM = fmt.COLLECTIVE_OPS | fmt.P2P_OPS
@@ -214,7 +215,7 @@ def replay(trace_path: str, *, out: str, timeout: float = 60.0, steps: int | Non
            prefix: bool = False, backend: str = "gloo") -> ReplayResult:
     if backend != "gloo":
         raise ReplayError(f"--backend {backend}: only gloo (CPU) is supported here")
-    data = fmt.read_trace(trace_path)
+    data = trace_reader.read_trace(trace_path)
     p = plan(data, steps=steps, prefix=prefix)
     parts_dir = out + ".parts"
     shutil.rmtree(parts_dir, ignore_errors=True)

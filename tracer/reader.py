@@ -1,0 +1,218 @@
+"""Reading traces: records -> TraceData, with every block decoded and validated (a corrupt or
+truncated file keeps what came before, with a note). The other half of tracer/format.py, which
+defines the records and writes them; tracer/codec.py packs a block's columns. Torch-free."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from tracer import codec
+from tracer.format import (PATTERN_ATOM_AT, DTYPES, PATTERN_GROUP_AT, INT_COLUMNS, PBLOCK_STREAM, ATOM_COLUMNS, BLOCK_EVENTS,
+                           COLUMN_NAMES, COLUMNS, FORMAT_NAME, PATTERN_COLUMNS, VERSION, TraceData,
+                           TraceFormatError)
+
+
+def _check_header(rec: Any, source: str) -> dict:
+    if not isinstance(rec, dict) or rec.get("t") != "header" or rec.get("format") != FORMAT_NAME:
+        raise TraceFormatError(f"{source}: not a commtrace trace (no commtrace header)")
+    version = rec.get("version")
+    if not (isinstance(version, list) and len(version) == 2 and all(isinstance(v, int) for v in version)):
+        raise TraceFormatError(f"{source}: corrupt header (version)")
+    if version[0] > VERSION[0]:
+        raise TraceFormatError(
+            f"{source}: trace format v{version[0]}.{version[1]} is newer than this reader "
+            f"(v{VERSION[0]}.{VERSION[1]}); upgrade commtrace")
+    if not isinstance(rec.get("world_size"), int) or rec["world_size"] <= 0:
+        raise TraceFormatError(f"{source}: corrupt header (world_size)")
+    columns = rec.get("columns")
+    if not isinstance(columns, list) or [tuple(c) for c in columns if isinstance(c, list)][:len(COLUMNS)] != list(COLUMNS):
+        raise TraceFormatError(f"{source}: unsupported column layout")
+    return rec
+
+
+def read_trace(path: str | os.PathLike) -> TraceData:
+    """Decode a trace or part file. A truncated file yields every complete record before the
+    cut and sets `truncated_at`; anything that is not a trace raises TraceFormatError."""
+    source = os.fspath(path)
+    try:
+        f = open(source, "rb")
+    except IsADirectoryError:
+        raise TraceFormatError(f"{source}: is a folder, not a trace file") from None
+    except OSError as e:
+        raise TraceFormatError(f"{source}: cannot read ({e.strerror})") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if not size:
+            raise TraceFormatError(f"{source}: empty file")
+        # streamed: the file is never held in memory twice (bins become the column buffers)
+        limit = min(max(size, 1 << 20), 1 << 31)
+        unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=min(1 << 24, limit),
+                                    max_buffer_size=limit)
+        trace: TraceData | None = None
+        rows: dict[int, list] = {}
+        blocks: dict[int, list] = {}
+        offset = 0
+        try:
+            for rec in unpacker:
+                if trace is None:
+                    trace = TraceData(header=_check_header(rec, source))
+                else:
+                    _apply(trace, rec, rows, blocks)
+                offset = unpacker.tell()
+        except TraceFormatError:
+            raise
+        except Exception as e:  # msgpack raises several types on corrupt bytes
+            if trace is None:
+                raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
+            trace.notes.append(f"corrupt record at byte {offset}: {type(e).__name__}; kept what came before")
+            trace.truncated_at = offset
+    if trace is None:
+        raise TraceFormatError(f"{source}: not a commtrace trace (truncated header)")
+    if trace.truncated_at is None and offset < size:
+        trace.truncated_at = offset
+    if not trace.complete and trace.truncated_at is None:
+        trace.truncated_at = offset
+    if trace.truncated_at is not None:
+        trace.notes.append(f"{os.path.basename(source)}: truncated at byte {trace.truncated_at} of {size}")
+    _assemble(trace, rows, blocks)
+    return trace
+
+
+def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
+    if not isinstance(rec, dict):
+        raise TraceFormatError("record is not a map")
+    kind = rec.get("t")
+    if kind == "ev":
+        values = rec["v"]
+        if not isinstance(values, list) or len(values) != len(COLUMNS):
+            raise TraceFormatError("event row of wrong width")
+        rows.setdefault(int(rec["r"]), []).append(values)
+    elif kind == "block":
+        n, cols = int(rec["n"]), rec["c"]
+        if len(cols) != len(COLUMNS):
+            raise TraceFormatError("block of wrong width")
+        arrays = {name: np.frombuffer(buf, dtype=dt) for (name, dt), buf in zip(COLUMNS, cols)}
+        if any(len(a) != n for a in arrays.values()):
+            raise TraceFormatError("block column of wrong length")
+        blocks.setdefault(int(rec["r"]), []).append(arrays)
+    elif kind == "pblock":
+        block = _decode_pblock(trace, rec)  # before setdefault: a corrupt block leaves no empty entry
+        blocks.setdefault(int(rec["r"]), []).append(block)
+    elif kind == "atoms":
+        if int(rec["base"]) != len(trace.atoms):
+            raise TraceFormatError("atom table out of order")
+        trace.atoms.extend(rec["v"])
+    elif kind == "group":
+        trace.groups[int(rec["gid"])] = {
+            "gid": int(rec["gid"]), "name": str(rec["name"]), "ranks": [int(r) for r in rec["ranks"]],
+            "desc": str(rec["desc"])}
+    elif kind == "end":
+        trace.ends[int(rec["r"])] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": rec.get("error")}
+    elif kind == "footer":
+        trace.complete = True
+    elif kind == "header":
+        raise TraceFormatError("second header")
+    # unknown record types from a newer minor version are skipped on purpose
+
+
+def _decode_pblock(trace: TraceData, rec: dict) -> codec.RankColumns:
+    n, k, packed_p, packed_s = int(rec["n"]), int(rec["k"]), rec["p"], rec["s"]
+    if not (0 < n <= BLOCK_EVENTS and 0 < k <= n):
+        raise TraceFormatError("block of impossible size")
+    if len(packed_s) != len(PBLOCK_STREAM):
+        raise TraceFormatError("block of wrong width")
+    try:
+        table = codec.decode_table(packed_p, k, len(PATTERN_COLUMNS))
+        _validate(table, PATTERN_ATOM_AT, PATTERN_GROUP_AT, trace)  # atoms and groups precede their first use
+        patterns = {name: table[:, j].astype(DTYPES[name]) for j, name in enumerate(PATTERN_COLUMNS)}
+        code = codec.decode(packed_s[0], n)
+        if code.min() < 0 or code.max() >= k:
+            raise TraceFormatError("event refers to a missing pattern")
+        piece, stream = trace.arena.take(n)
+        stream["code"][:] = code
+        for name, x in zip(PBLOCK_STREAM[1:], packed_s[1:]):
+            codec.decode(x, n, out=stream[name])
+    except codec.CodecError as e:
+        raise TraceFormatError(str(e)) from None
+    stream["ts"] /= codec.TS_TICKS
+    rc = codec.RankColumns(patterns, stream, COLUMN_NAMES)
+    rc.piece = piece
+    return rc
+
+
+def concat_ranks(pieces: list) -> codec.RankColumns:
+    """Several blocks of one rank (pattern-coded or plain) as one RankColumns."""
+    pieces = [codec.split(p, COLUMNS) for p in pieces]
+    if len(pieces) == 1:
+        return pieces[0]
+    offsets = np.cumsum([0] + [len(p.patterns["op"]) for p in pieces[:-1]])
+    patterns = {name: np.concatenate([p.patterns[name] for p in pieces]) for name in pieces[0].patterns}
+    stream = {name: np.concatenate([p.stream[name] + (off if name == "code" else 0) for p, off in zip(pieces, offsets)])
+              for name in pieces[0].stream}
+    stream["code"] = stream["code"].astype(np.int32)
+    return codec.RankColumns(patterns, stream, COLUMN_NAMES)
+
+
+def _validate(table: np.ndarray, atom_at: list[int], group_at: int, trace: TraceData) -> None:
+    """Every atom and group id a pattern table uses exists (one min / max over the matrix)."""
+    atoms = table[:, atom_at]
+    if atoms.size and (atoms.min() < -1 or atoms.max() >= len(trace.atoms)):
+        raise TraceFormatError("an event refers to a missing atom")
+    groups = table[:, group_at]
+    if not groups.size:
+        return
+    if trace.known_gids is None or trace.known_gids[0] != len(trace.groups):  # groups came since: rebuild
+        known = np.zeros(max(trace.groups, default=-1) + 2, dtype=bool)
+        known[[g + 1 for g in trace.groups]] = True
+        known[0] = True  # -1: no group
+        trace.known_gids = (len(trace.groups), known)
+    known = trace.known_gids[1]
+    if groups.min() < -1 or groups.max() + 1 >= len(known) or not known[groups + 1].all():
+        raise TraceFormatError("an event refers to a missing process group")
+
+
+def _assemble(trace: TraceData, rows: dict, blocks: dict) -> None:
+    world = trace.header["world_size"]
+    plain_at = [INT_COLUMNS.index(name) for name in ATOM_COLUMNS]
+    for rank in sorted(set(rows) | set(blocks)):
+        if not 0 <= rank < world:
+            raise TraceFormatError(f"events of rank {rank} in a trace of world size {world}")
+        parts = list(blocks.get(rank, []))
+        if rows.get(rank):
+            parts.append(_rows_to_columns(rows[rank]))
+        for p in parts:
+            if not isinstance(p, codec.RankColumns):  # rows and v1 blocks: checked here
+                mat = np.stack([np.asarray(p[name], dtype=np.int64) for name in INT_COLUMNS], axis=1)
+                try:
+                    _validate(mat, plain_at, INT_COLUMNS.index("group"), trace)
+                except TraceFormatError as e:
+                    raise TraceFormatError(f"rank {rank}: {e}") from None
+        trace.columns[rank] = concat_ranks(parts)
+
+
+def _rows_to_columns(rows: list[list]) -> dict[str, np.ndarray]:
+    out = {}
+    for (name, dt), values in zip(COLUMNS, zip(*rows)):
+        try:
+            out[name] = np.asarray(values, dtype=dt)
+        except (TypeError, ValueError, OverflowError):
+            raise TraceFormatError(f"event column {name} holds a non-number") from None
+    return out
+
+
+def read_header(path: str | os.PathLike) -> dict:
+    """Only the header of a trace or part (cheap: reads the first record)."""
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, max_buffer_size=1 << 24)
+            rec = next(unpacker)
+    except OSError as e:
+        raise TraceFormatError(f"{source}: cannot read ({e.strerror})") from None
+    except Exception as e:
+        raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
+    return _check_header(rec, source)
