@@ -210,10 +210,9 @@ def _frames(data: fmt.TraceData, ranks: list[int]) -> tuple[pl.DataFrame, pl.Dat
     for p, offset in zip(per, k_at[:-1].tolist()):  # rank-local pattern codes -> global
         p.stream["code"] = p.stream["code"].astype(np.int32, copy=False)
         p.stream["code"] += offset
-    dtypes = dict(fmt.COLUMNS)
-    pattern_names = [c for c in fmt.COLUMN_NAMES if c not in codec.STREAM_COLUMNS]
+    dtypes = fmt.DTYPES
     pat = {name: np.concatenate([p.patterns[name] for p in per]).astype(dtypes[name], copy=False) if per
-           else np.zeros(0, dtypes[name]) for name in pattern_names}
+           else np.zeros(0, dtypes[name]) for name in fmt.PATTERN_COLUMNS}
     rank_arr = np.array(ranks, dtype=np.int32)
     patterns = pl.DataFrame({"code": np.arange(int(k_at[-1]), dtype=np.int32), "rank": np.repeat(rank_arr, k), **pat})
     total = int(n.sum())
@@ -248,14 +247,14 @@ def _per_row(per_rank: np.ndarray, n: np.ndarray, total: int) -> np.ndarray:
     return np.cumsum(out, out=out)
 
 
-def _decode_strings(events: pl.DataFrame, atoms: list) -> pl.DataFrame:
+def _decode_strings(patterns: pl.DataFrame, atoms: list) -> pl.DataFrame:
     """Atom ids -> strings with one gather per column (-1 -> null)."""
     lookup = pl.Series("lookup", [a if isinstance(a, str) else None for a in atoms] + [None], dtype=pl.String)
     lookup = lookup.cast(pl.Categorical)
     n = len(atoms)
     out = []
     for name in STRING_COLUMNS:
-        ids = events[name].to_numpy()
+        ids = patterns[name].to_numpy()
         ids = np.where(ids < 0, n, ids)
         out.append(lookup.gather(ids).alias(name))
-    return events.with_columns(out)
+    return patterns.with_columns(out)

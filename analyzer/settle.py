@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from analyzer.load import Trace
-from analyzer.waitfor import _KIND, COMM, Blocked, group_members, op_key, waits_for
+from analyzer.waitfor import COLLECTIVE, SEND, WAIT, Blocked, comm_patterns, group_members, op_key, waits_for
 
 MAX_ROUNDS = 64
 
@@ -24,14 +24,13 @@ def settle(trace: Trace, eager_bytes: int = 0) -> dict[int, Blocked] | None:
     """Ranks left blocked, as waitfor.simulate gives them; None if it does not converge."""
     members = group_members(trace)
     present = set(trace.ranks)
-    pats = (trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(COMM))
-            .with_columns(kind=pl.col("op").replace_strict(_KIND, default=0, return_dtype=pl.Int8),
-                          eager=(pl.col("op") == "send") & (pl.col("in_bytes") <= eager_bytes) & (eager_bytes > 0)))
+    pats = comm_patterns(trace).with_columns(
+        eager=(pl.col("kind") == SEND) & (pl.col("in_bytes") <= eager_bytes) & (eager_bytes > 0))
     ev = trace.with_patterns(trace.with_codes(trace.stream.select("rank", "idx", "code", "seq"), pats),
                              "group", "kind", "async_op", "eager", table=pats)
-    waits = (trace.with_patterns(ev.filter(pl.col("kind") == 3).select("rank", "idx", "code"), "ref", table=pats)
+    waits = (trace.with_patterns(ev.filter(pl.col("kind") == WAIT).select("rank", "idx", "code"), "ref", table=pats)
              .select("rank", idx="ref", wait_idx="idx"))
-    ops = ev.filter(pl.col("kind") != 3).join(waits, on=["rank", "idx"], how="left")
+    ops = ev.filter(pl.col("kind") != WAIT).join(waits, on=["rank", "idx"], how="left")
     # where the rank stops if the op never completes: at the op, at its wait, or nowhere
     ops = ops.with_columns(bp=pl.when(pl.col("async_op") == 1).then("wait_idx")
                            .when(pl.col("eager")).then(None).otherwise("idx"))
@@ -42,7 +41,7 @@ def settle(trace: Trace, eager_bytes: int = 0) -> dict[int, Blocked] | None:
                         schema={"group": pl.Int32, "need": pl.Int64})
     count = (ops.group_by("inst").agg(n=pl.len(), group=pl.col("group").first(), kind=pl.col("kind").first())
              .join(size, on="group", how="left")
-             .with_columns(need=pl.when(pl.col("kind") == 0).then("need").otherwise(2)))
+             .with_columns(need=pl.when(pl.col("kind") == COLLECTIVE).then("need").otherwise(2)))
     never = count.filter(pl.col("n") < pl.col("need")).select("inst")
     ops = ops.select("rank", "idx", "code", "seq", "wait_idx", "inst", "bp")  # 82 M rows: keep them lean
     lean = ops.select("rank", "idx", "inst", "bp")
@@ -65,14 +64,14 @@ def _instances(trace: Trace, ops: pl.DataFrame, pats: pl.DataFrame) -> pl.Series
     """One int64 id per instance: (group, seq) for collectives; p2p (group, src, dst, seq) as
     negative dense ids (exact, no hashing)."""
     coll = (ops["group"].cast(pl.Int64) * (1 << 40) + ops["seq"]).alias("inst")
-    if not (ops["kind"] != 0).any():
+    if not (ops["kind"] != COLLECTIVE).any():
         return coll
     peer = trace.with_patterns(ops.select("code"), "peer", table=pats)["peer"]
     p2p = ops.select(
-        src=pl.when(pl.col("kind") == 1).then("rank").otherwise(peer),
-        dst=pl.when(pl.col("kind") == 1).then(peer).otherwise("rank"), group="group", seq="seq")
+        src=pl.when(pl.col("kind") == SEND).then("rank").otherwise(peer),
+        dst=pl.when(pl.col("kind") == SEND).then(peer).otherwise("rank"), group="group", seq="seq")
     ids = -p2p.select(pl.struct("group", "src", "dst", "seq").rank("dense").cast(pl.Int64)).to_series()
-    return pl.select(pl.when(ops["kind"] == 0).then(coll).otherwise(ids)).to_series().alias("inst")
+    return pl.select(pl.when(ops["kind"] == COLLECTIVE).then(coll).otherwise(ids)).to_series().alias("inst")
 
 
 def _blocked(trace, ops, blocked_at, never, pats, members, present) -> dict[int, Blocked]:

@@ -27,7 +27,8 @@ from tracer.format import COLLECTIVE_OPS
 COMM = sorted(COLLECTIVE_OPS | {"send", "recv", "wait"})
 _STREAM_COLUMNS = ("rank", "idx", "op", "group", "seq", "peer", "async_op", "ref", "in_bytes", "frame", "module",
                    "phase", "step")
-_KIND = {"send": 1, "recv": 2, "wait": 3}  # anything else in COMM is a collective (0)
+COLLECTIVE, SEND, RECV, WAIT = 0, 1, 2, 3
+_KIND = {"send": SEND, "recv": RECV, "wait": WAIT}  # anything else in COMM is a collective
 DRY_RUN_MODES = ("fake", "local")  # recordings that never block; anything else is post-mortem
 
 
@@ -153,6 +154,13 @@ def simulate(trace: Trace, eager_bytes: int = 0, skip_groups: set[int] = frozens
             for r, (ev, key) in blocked.items()}
 
 
+def comm_patterns(trace: Trace) -> pl.DataFrame:
+    """The patterns of collectives, p2p ops and waits, op as text, with their `kind`
+    (COLLECTIVE, SEND, RECV, WAIT): what the columnar passes below filter events by."""
+    return (trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(COMM))
+            .with_columns(kind=pl.col("op").replace_strict(_KIND, default=COLLECTIVE, return_dtype=pl.Int8)))
+
+
 def group_members(trace: Trace) -> dict[int, list[int]]:
     return {g: list(m) for g, m in trace.groups.select("gid", "ranks").iter_rows()}
 
@@ -208,15 +216,14 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     members = group_members(trace)
     present = set(trace.ranks) | {m for ms in members.values() for m in ms}
     fr_state = "state" in trace.stream.columns  # Flight Recorder knows which entries completed
-    pats = (trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(COMM))
-            .with_columns(kind=pl.col("op").replace_strict(_KIND, default=0, return_dtype=pl.Int8)))
+    pats = comm_patterns(trace)
     # lean rows (82 M of them at scale); every other column only for the rows found stuck
     ev = trace.with_patterns(trace.with_codes(trace.stream.select("rank", "idx", "code", "seq", "step",
                                                                   *(["state"] if fr_state else [])), pats),
                              "group", "kind", table=pats)
     size = pl.DataFrame({"group": list(members), "size": [len(ms) for ms in members.values()]},
                         schema={"group": pl.Int32, "size": pl.Int64})
-    coll = ev.filter(pl.col("kind") == 0)
+    coll = ev.filter(pl.col("kind") == COLLECTIVE)
     # a ring buffer (FR) forgets old entries: ignore instances older than every member's oldest
     horizon = coll.group_by("group", "rank").agg(first=pl.col("seq").min()).group_by("group").agg(
         horizon=pl.col("first").max())
@@ -226,15 +233,15 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
             .filter((pl.col("n") < pl.col("size")) & (pl.col("seq") >= pl.col("horizon")) & ~pl.col("done")))
     lean = ["rank", "idx", "code", "seq", "step"]
     stuck_coll = coll.join(inst.select("group", "seq"), on=["group", "seq"]).select(lean)
-    p2p = trace.with_patterns(ev.filter(pl.col("kind").is_in([1, 2])), "peer", table=pats)
-    sends = p2p.filter(pl.col("kind") == 1).with_columns(src=pl.col("rank"), dst=pl.col("peer"))
-    recvs = p2p.filter(pl.col("kind") == 2).with_columns(src=pl.col("peer"), dst=pl.col("rank"))
+    p2p = trace.with_patterns(ev.filter(pl.col("kind").is_in([SEND, RECV])), "peer", table=pats)
+    sends = p2p.filter(pl.col("kind") == SEND).with_columns(src=pl.col("rank"), dst=pl.col("peer"))
+    recvs = p2p.filter(pl.col("kind") == RECV).with_columns(src=pl.col("peer"), dst=pl.col("rank"))
     keys = ["group", "src", "dst", "seq"]
     stuck_p2p = pl.concat([sends.join(recvs.select(keys), on=keys, how="anti"),
                            recvs.join(sends.select(keys), on=keys, how="anti")]).select(lean)
     stuck = trace.with_patterns(pl.concat([stuck_coll, stuck_p2p]), "op", "group", "peer", "async_op", "ref",
                                 "in_bytes", "frame", "module", "phase", table=pats)
-    waits = trace.with_patterns(ev.filter(pl.col("kind") == 3).select("rank", "idx", "code"), "ref",
+    waits = trace.with_patterns(ev.filter(pl.col("kind") == WAIT).select("rank", "idx", "code"), "ref",
                                 table=pats).select("rank", ref="ref", wait_idx="idx")
     stuck = (stuck.join(waits, left_on=["rank", "idx"], right_on=["rank", "ref"], how="left")
              .with_columns(block=pl.when(pl.col("async_op") == 1).then("wait_idx").otherwise("idx"))
@@ -262,16 +269,13 @@ def ordered(trace: Trace) -> bool:
     collectives check's `missing_collective`) has all its later positions shifted, on every
     group, so it is left out. SPMD traces pass at once; when it fails, `simulate` decides. One
     window over the events, no sort."""
-    pats = (trace.patterns.with_columns(op=pl.col("op").cast(pl.String))
-            .filter(pl.col("op").is_in([o for o in COMM if o != "wait"]) & (pl.col("group") >= 0))
-            .with_columns(kind=pl.when(pl.col("op") == "send").then(1).when(pl.col("op") == "recv").then(2)
-                          .otherwise(0).cast(pl.Int8)))
+    pats = comm_patterns(trace).filter((pl.col("kind") != WAIT) & (pl.col("group") >= 0))
     if pats.is_empty():
         return True
     ev = trace.with_patterns(trace.with_codes(trace.stream.select("rank", "code", "seq"), pats), "group", "kind",
                              table=pats)
     ev = ev.with_columns(pos=_position_in_rank(ev["rank"]))
-    coll = pl.col("kind") == 0  # p2p rows are always kept: pairs legitimately differ in counts
+    coll = pl.col("kind") == COLLECTIVE  # p2p rows are always kept: pairs legitimately differ in counts
     counts = ev.filter(coll).group_by("group", "rank").agg(n=pl.len())
     usual = counts.group_by("group").agg(usual=pl.col("n").mode().first())
     odd = counts.join(usual, on="group").filter(pl.col("n") != pl.col("usual")).select("rank").unique()
@@ -279,9 +283,9 @@ def ordered(trace: Trace) -> bool:
         ev = ev.join(odd, on="rank", how="anti", maintain_order="left")
     if ev.filter(~coll).height:  # p2p: instance (group, seq, src, dst), T = median position
         peer = trace.with_patterns(ev.select("code"), "peer", table=pats)["peer"]
-        ev = ev.with_columns(a=pl.when(pl.col("kind") == 1).then("rank").when(pl.col("kind") == 2).then(peer)
+        ev = ev.with_columns(a=pl.when(pl.col("kind") == SEND).then("rank").when(pl.col("kind") == RECV).then(peer)
                              .otherwise(-1),
-                             b=pl.when(pl.col("kind") == 1).then(peer).when(pl.col("kind") == 2).then("rank")
+                             b=pl.when(pl.col("kind") == SEND).then(peer).when(pl.col("kind") == RECV).then("rank")
                              .otherwise(-1))
         t = ev.select(pl.col("pos").median().over("group", "seq", "a", "b"))
     else:  # collectives only: one int64 key (group, seq), T = earliest position
