@@ -125,8 +125,7 @@ _STREAM_BASE = ("rank", "idx", "code", *codec.STREAM_COLUMNS)
 
 
 def _back(idx: pl.Series, back: pl.Series, name: str) -> pl.Series:
-    i, b = idx.to_numpy(), back.to_numpy()
-    return pl.Series(name, np.where(b >= 0, i - b, -1).astype(np.int32))
+    return pl.Series(name, codec.events_back(idx.to_numpy(), back.to_numpy()).astype(np.int32))
 
 
 def group_label(desc: str, name: str) -> str:

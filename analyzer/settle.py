@@ -81,13 +81,11 @@ def _blocked(trace, ops, blocked_at, never, pats, members, present) -> dict[int,
     steps = trace.stream.select("rank", "idx", "step").join(rows.select("rank", "idx"), on=["rank", "idx"], how="semi")
     rows = trace.with_patterns(rows.join(steps, on=["rank", "idx"]), "op", "group", "peer", "async_op", "in_bytes",
                                "frame", "module", "phase", table=pats)
-    b_of = dict(blocked_at.iter_rows())
-    insts = rows["inst"].unique()
-    parties = ops.filter(pl.col("inst").is_in(insts.implode())).select("inst", "rank", "idx")
-    arrived: dict[int, set] = {}
-    for inst, rank, idx in parties.iter_rows():  # only the instances ranks are stuck in
-        if b_of.get(rank, idx) >= idx:
-            arrived.setdefault(inst, set()).add(rank)
+    # who entered the instances ranks are stuck in: every party not blocked before issuing it
+    arrived = {inst: set(ranks) for inst, ranks in (
+        ops.filter(pl.col("inst").is_in(rows["inst"].unique().implode())).select("inst", "rank", "idx")
+        .join(blocked_at, on="rank", how="left").filter(pl.col("b").is_null() | (pl.col("b") >= pl.col("idx")))
+        .group_by("inst").agg(pl.col("rank"))).iter_rows()}
     unmatched = set(never["inst"].to_list())
     out = {}
     for row in rows.to_dicts():

@@ -28,6 +28,12 @@ _WIDTHS = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}
 TS_TICKS = 1_000_000  # timestamps are stored as integer microseconds
 
 
+def events_back(idx: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """idx - values where values >= 0, else -1: an event index <-> how many events back it is
+    (the same map both ways)."""
+    return np.where(values >= 0, idx - values, -1)
+
+
 class CodecError(ValueError):
     """Encoded bytes that do not decode (the format module turns this into TraceFormatError)."""
 
@@ -175,8 +181,7 @@ class RankColumns(Mapping):
             return self.stream[name]
         col = self.patterns[name][self.stream["code"]]
         if name in BACK_COLUMNS:
-            idx = np.arange(len(col), dtype=col.dtype)
-            col = np.where(col >= 0, idx - col, -1).astype(col.dtype)
+            col = events_back(np.arange(len(col), dtype=col.dtype), col).astype(col.dtype)
         return col
 
     def expand(self) -> dict[str, np.ndarray]:
@@ -197,7 +202,7 @@ def split(columns: Mapping, dtypes: tuple[tuple[str, str], ...]) -> RankColumns:
         if name in STREAM_COLUMNS:
             continue
         col = np.asarray(columns[name]).astype(np.int64)
-        pattern_cols[name] = np.where(col >= 0, idx - col, -1) if name in BACK_COLUMNS else col
+        pattern_cols[name] = events_back(idx, col) if name in BACK_COLUMNS else col
     key = np.zeros(n, dtype=np.int64)
     span = 1
     for col in pattern_cols.values():
