@@ -2,6 +2,8 @@
 #   make demo   record an example job, check it, diff it against its golden, summarize it,
 #               and write its HTML report to out/demo.html
 #   make test   run the test suite
+#   make golden          re-record the examples and diff them against traces/ (tracer golden check)
+#   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
 # Each creates .venv and installs torch==2.13.0 (CPU wheel) first when needed: an unpinned
 # torch can pull a multi-GB CUDA build.
 
@@ -10,7 +12,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commtrace-installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench golden golden-update clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +31,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+golden: $(STAMP)
+	$(BIN)/tracer golden check
+
+golden-update: $(STAMP)
+	$(BIN)/tracer golden update
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -81,7 +81,7 @@ def hang(trace: str = typer.Argument(..., help="A trace (dry run or killed run) 
 
     t = _load(trace)
     golden = _load(expected) if expected else None
-    from analyzer.waitfor import ReplayTooLarge
+    from analyzer.waitfor.replay import ReplayTooLarge
 
     try:
         report = analyze(t, golden, eager_bytes)
@@ -150,7 +150,7 @@ def export(trace: str = typer.Argument(..., help="A trace, a folder of parts or 
     _writable(output)
     t = _load(trace)
     if ranks != "all":
-        from tracer.ranks import parse_ranks
+        from traceformat.ranks import parse_ranks
 
         try:
             t = t.subset(parse_ranks(ranks, t.world_size))
@@ -209,24 +209,30 @@ def report(trace: str = typer.Argument(..., help="A trace, a folder of parts or 
                + ("" if rep.diff is None else ", same pattern as B" if rep.diff.equal else ", differs from B"))
 
 
-golden_app = typer.Typer(no_args_is_help=True, help="Golden comm patterns of the examples: check or update traces/.")
+golden_app = typer.Typer(no_args_is_help=True, help="Golden comm patterns of the examples: compare traces with "
+                                                     "traces/ (re-recording them is `tracer golden`).")
 app.add_typer(golden_app, name="golden")
 
 
-def _golden(update: bool, examples: str, traces_dir: str, given: list[str] | None) -> None:
+@golden_app.command("check")
+def golden_check(given: list[str] = typer.Argument(None, help="Traces to check, matched to goldens by file name "
+                                                              "(to re-record every example: tracer golden check)."),
+                 examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
+                 traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
+    """Diff each given trace against traces/<name>.trace (torch-free).
+    Exit 0 all equal, 1 any change (the diff is printed), 2 bad input."""
     import os
-    import tempfile
 
-    from analyzer.golden import run
+    from analyzer.golden import check
 
     if not os.path.isdir(examples):
         _fail(f"{examples}: no such folder (give --examples DIR)")
-    named = {os.path.splitext(os.path.basename(p))[0]: p for p in given} if given else None
-    for p in given or ():
+    if not given:
+        _fail("give the traces to check (to re-record every example and check it: tracer golden check)")
+    for p in given:
         if not os.path.exists(p):
             _fail(f"{p}: no such file")
-    with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
-        results = run(examples, traces_dir, work, update=update, given=named)
+    results = check(examples, traces_dir, {os.path.splitext(os.path.basename(p))[0]: p for p in given})
     from rich.console import Console
 
     from analyzer.load import load
@@ -234,8 +240,8 @@ def _golden(update: bool, examples: str, traces_dir: str, given: list[str] | Non
 
     out = Console()
     for r in results:
-        colour = {"same": "green", "written": "green", "changed": "red", "new": "red", "error": "red"}[r.status]
-        hint = {"new": " (no golden yet: run `analyzer golden update`)", "error": f": {r.error}"}.get(r.status, "")
+        colour = "green" if r.status == "same" else "red"
+        hint = {"new": " (no golden yet: run `tracer golden update`)", "error": f": {r.error}"}.get(r.status, "")
         out.print(f"[{colour}]{r.status:8s}[/] {r.name} ({r.golden}){hint}")
         if r.status == "changed":
             render_console.diff(out, load(r.golden), load(r.trace), r.diff)
@@ -246,26 +252,8 @@ def _golden(update: bool, examples: str, traces_dir: str, given: list[str] | Non
     changed = [r.name for r in results if r.status in ("changed", "new")]
     if changed:
         out.print(f"[bold red]✗ {len(changed)} comm pattern(s) differ from their goldens[/]: {', '.join(changed)}; "
-                  "if intended, run `analyzer golden update` and commit traces/")
+                  "if intended, run `tracer golden update` and commit traces/")
     raise typer.Exit(1 if changed else 0)
-
-
-@golden_app.command("check")
-def golden_check(given: list[str] = typer.Argument(None, help="Traces to check (matched to goldens by file "
-                                                              "name); default: re-record every example."),
-                 examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
-                 traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
-    """Re-record each example (needs torch) and diff it against traces/<name>.trace.
-    Exit 0 all equal, 1 any change (the diff is printed), 2 bad input or a failed recording."""
-    _golden(False, examples, traces_dir, given)
-
-
-@golden_app.command("update")
-def golden_update(given: list[str] = typer.Argument(None, help="Traces to adopt as goldens (by file name)."),
-                  examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
-                  traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
-    """Re-record each example and rewrite its golden (canonical: ts 0, repo-relative paths)."""
-    _golden(True, examples, traces_dir, given)
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyzer.load import Trace
+from analyzer.trace import Trace
 from analyzer.normalize import COMM_OPS, normalize, rank_streams
 
 CONTEXT = 3

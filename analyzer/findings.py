@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.ranks import ranks_text  # noqa: F401  (culprits are printed with it everywhere)
+from traceformat.ranks import ranks_text  # noqa: F401  (culprits are printed with it everywhere)
 
 KINDS = ("op_mismatch", "shape_mismatch", "dtype_mismatch", "reduce_op_mismatch", "root_mismatch",
          "split_mismatch", "missing_collective", "unmatched_p2p", "p2p_mismatch", "group_mismatch",

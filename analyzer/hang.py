@@ -2,7 +2,7 @@
 
 Which semantics: a dry-run recording (fake / local mode) never blocks, so its streams run past
 the point where a real job would hang; they are replayed under blocking semantics
-(`waitfor.simulate`). A post-mortem trace (Flight Recorder dumps, a killed replay) ends each
+(`waitfor.replay.simulate`). A post-mortem trace (Flight Recorder dumps, a killed replay) ends each
 stream where its rank was stuck; its blocking points are found columnar (`waitfor.frontier`).
 Root causes are the cycles of the wait-for graph and the ranks others wait on that are not
 blocked themselves (stuck in compute, or dead), with how many ranks wait on them transitively.
@@ -18,9 +18,14 @@ import polars as pl
 from analyzer.checks.common import group_table
 from analyzer.checks.ordering import cycle_findings, key_text
 from analyzer.findings import Finding, group_text, ranks_text
-from analyzer.load import Trace
-from analyzer.settle import settle
-from analyzer.waitfor import COMM, Blocked, frontier, ordered, post_mortem, simulate, to_dot, wait_graph
+from analyzer.trace import Trace
+from analyzer.render.dot import to_dot
+from analyzer.waitfor.certificate import ordered
+from analyzer.waitfor.frontier import frontier
+from analyzer.waitfor.graph import wait_graph
+from analyzer.waitfor.replay import simulate
+from analyzer.waitfor.semantics import COMM, Blocked, post_mortem
+from analyzer.waitfor.settle import settle
 
 
 @dataclass
@@ -41,7 +46,7 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
     stopped = post_mortem(trace)
     if stopped:
         stuck = frontier(trace)
-    else:  # a dry run: replayed, columnar when no ordering cycle is possible (analyzer.settle)
+    else:  # a dry run: replayed, columnar when no ordering cycle is possible (analyzer.waitfor.settle)
         stuck = settle(trace, eager_bytes) if ordered(trace) else None
         if stuck is None:
             stuck = simulate(trace, eager_bytes)

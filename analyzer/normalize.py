@@ -27,8 +27,8 @@ import json
 import numpy as np
 import polars as pl
 
-from analyzer.load import Trace
-from tracer.format import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
+from analyzer.trace import Trace
+from traceformat.format import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
 
 COMM_OPS = COLLECTIVE_OPS | P2P_OPS
 STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}

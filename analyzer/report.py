@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from analyzer.findings import Finding
-from analyzer.load import Trace
+from analyzer.trace import Trace
 
 if TYPE_CHECKING:  # imported where used: `analyzer --help` stays light
     from analyzer.diff import Diff
@@ -72,7 +72,7 @@ class Report:
 
 def may_hang(trace: Trace, found: list[Finding]) -> bool:
     """Whether hang analysis has anything to find (module doc)."""
-    from analyzer.waitfor import post_mortem
+    from analyzer.waitfor.semantics import post_mortem
 
     if post_mortem(trace) or trace.truncated:
         return True
@@ -111,7 +111,7 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
     hang, frontier, hang_found = None, [], []
     if may_hang(trace, checked):
         from analyzer.hang import analyze, frontier_rows
-        from analyzer.waitfor import ReplayTooLarge
+        from analyzer.waitfor.replay import ReplayTooLarge
 
         try:
             hang = analyze(trace, inputs.expected, inputs.eager_bytes)

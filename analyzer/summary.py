@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from analyzer.findings import ranks_text
-from analyzer.load import Trace
-from tracer.format import COLLECTIVE_OPS, P2P_OPS
+from analyzer.trace import Trace
+from traceformat.format import COLLECTIVE_OPS, P2P_OPS
 
 
 @dataclass

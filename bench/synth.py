@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from tracer import format as fmt
+from traceformat import format as fmt
 
 
 def generate(path: str, ranks: int = 4096, events: int = 5000, tp: int = 8, skip: int | None = None,

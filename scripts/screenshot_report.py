@@ -32,7 +32,7 @@ LIST_COLUMNS = ("in_shapes", "out_shapes", "splits", "info")
 
 def rank_events(trace, rank: int) -> list[dict]:
     """`rank`'s events as the trace writer takes them: format columns, atoms as values."""
-    from tracer.format import COLUMN_NAMES
+    from traceformat.format import COLUMN_NAMES
 
     rows = trace.events.filter(pl.col("rank") == rank).sort("idx").iter_rows(named=True)
     out = []
@@ -62,8 +62,8 @@ def seed(golden, out: str) -> None:
     """Write the golden with rank RANK's last dp_replicate all-reduce of step 1 (the gradient sync
     of tok_embeddings) moved up before the reduce-scatter and all-reduce of layers.0: rank RANK
     then waits in all-reduce #n on dp_replicate while its replicate peer waits in #n-1."""
-    from tracer.format import make_header
-    from tracer.parts import write_all
+    from traceformat.format import make_header
+    from traceformat.parts import write_all
 
     mine = rank_events(golden, RANK)
     label = dict(golden.groups.select("gid", "label").iter_rows())

@@ -52,5 +52,5 @@ def test_summary_bad_input_is_one_line(tmp_path):
 
 def test_analyzer_never_imports_torch():
     code = ("import sys, analyzer.cli, analyzer.load, analyzer.summary, analyzer.render.console, "
-            "analyzer.render.json, tracer.format; assert 'torch' not in sys.modules, 'torch imported'")
+            "analyzer.render.json, traceformat.format; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

@@ -99,9 +99,9 @@ def test_cli_exit_codes_and_json(recorded, tmp_path):
 
 def test_missing_rank_is_noted_and_the_rest_checked(recorded, tmp_path):
     """A parts folder that lost one rank: the note names it; the others are still checked."""
-    from tracer import format as fmt
-    from tracer import parts as trace_parts
-    from tracer import reader as trace_reader
+    from traceformat import format as fmt
+    from traceformat import parts as trace_parts
+    from traceformat import reader as trace_reader
 
     path, _ = recorded("bug_dtype", 4, "fake")
     data = trace_reader.read_trace(path)

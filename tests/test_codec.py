@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracer import codec
-from tracer import format as fmt
-from tracer import reader as trace_reader
+from traceformat import codec
+from traceformat import format as fmt
+from traceformat import reader as trace_reader
 
 
 @pytest.mark.parametrize("values, kind", [

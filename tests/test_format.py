@@ -4,9 +4,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from tracer import format as fmt
-from tracer import parts as trace_parts
-from tracer import reader as trace_reader
+from traceformat import format as fmt
+from traceformat import parts as trace_parts
+from traceformat import reader as trace_reader
 
 
 def _header(ranks=(0, 1), **kw):

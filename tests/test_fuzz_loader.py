@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from analyzer.checks import run_checks
 from analyzer.load import LoadError, load
 from analyzer.summary import summarize
-from tracer import parts as trace_parts
-from tracer import reader as trace_reader
+from traceformat import parts as trace_parts
+from traceformat import reader as trace_reader
 
 _SAMPLES: dict[str, bytes] = {}
 

@@ -1,6 +1,6 @@
 """CI guard for the comm patterns of the shipped examples: each one, recorded now, must diff
 clean against its golden in traces/. On a change the failure message is the diff; if the
-change is intended, run `analyzer golden update` and commit traces/."""
+change is intended, run `tracer golden update` and commit traces/."""
 
 import io
 import os
@@ -10,8 +10,9 @@ import pytest
 from rich.console import Console
 
 from analyzer.diff import diff_traces
-from analyzer.golden import examples, record_example, write_golden
 from analyzer.load import load
+from traceformat.golden import examples, write_golden
+from tracer.golden import record_example
 from conftest import BIN, REPO
 
 EXAMPLES = os.path.join(REPO, "examples")
@@ -43,7 +44,7 @@ def test_example_matches_its_golden(name, path, workload, tmp_path):
     golden = load(os.path.join(TRACES, name + ".trace"))
     d = diff_traces(golden, trace)
     assert d.equal, (f"comm pattern of examples/{os.path.basename(path)} changed against traces/{name}.trace "
-                     f"(if intended: analyzer golden update):\n" + _diff_text(golden, trace, d))
+                     f"(if intended: tracer golden update):\n" + _diff_text(golden, trace, d))
 
 
 def test_goldens_are_canonical_and_portable(tmp_path):
@@ -72,3 +73,30 @@ def test_golden_cli_check_given_trace(tmp_path):
     missing = subprocess.run([analyzer, "golden", "check", "--examples", str(tmp_path / "none")],
                              capture_output=True, text=True, cwd=REPO)
     assert missing.returncode == 2 and missing.stderr.startswith("error:")
+    # re-recording needs torch: that is the recorder's `tracer golden check`
+    nothing = subprocess.run([analyzer, "golden", "check"], capture_output=True, text=True, cwd=REPO)
+    assert nothing.returncode == 2 and "tracer golden check" in nothing.stderr
+
+
+def test_tracer_golden_update_adopts_a_given_trace(tmp_path):
+    # adopting the golden itself rewrites the same bytes (canonical is idempotent); check agrees
+    tracer = os.path.join(BIN, "tracer")
+    given = tmp_path / "fsdp.trace"
+    given.write_bytes(open(os.path.join(TRACES, "fsdp.trace"), "rb").read())
+    goldens = tmp_path / "goldens"
+    p = subprocess.run([tracer, "golden", "update", str(given), "--traces", str(goldens)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0 and p.stdout.startswith("written  fsdp"), p.stdout + p.stderr
+    assert (goldens / "fsdp.trace").read_bytes() == given.read_bytes()
+    assert sorted(os.listdir(goldens)) == ["fsdp.trace"]
+
+
+def test_tracer_golden_check_records_and_compares(tmp_path):
+    # one example in its own folder: recorded, then compared by `analyzer golden check`
+    examples_dir = tmp_path / "examples"
+    examples_dir.mkdir()
+    (examples_dir / "fsdp.toml").write_text(open(os.path.join(EXAMPLES, "fsdp.toml")).read())
+    tracer = os.path.join(BIN, "tracer")
+    p = subprocess.run([tracer, "golden", "check", "--examples", str(examples_dir), "--traces", TRACES],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0 and p.stdout.startswith("same     fsdp"), p.stdout + p.stderr

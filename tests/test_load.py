@@ -8,9 +8,9 @@ import polars as pl
 from polars.testing import assert_frame_equal
 
 from analyzer.load import load
-from tracer import format as fmt
-from tracer import parts as trace_parts
-from tracer import reader as trace_reader
+from traceformat import format as fmt
+from traceformat import parts as trace_parts
+from traceformat import reader as trace_reader
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(REPO, "traces", "fsdp_tp_pp_1f1b.trace")  # p2p, waits, several groups

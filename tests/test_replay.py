@@ -9,9 +9,9 @@ import pytest
 from analyzer.hang import analyze
 from analyzer.load import load
 from conftest import REPO
-from tracer import format as fmt
-from tracer import parts as trace_parts
-from tracer import reader as trace_reader
+from traceformat import format as fmt
+from traceformat import parts as trace_parts
+from traceformat import reader as trace_reader
 from tracer.replay import ReplayError, plan, replay
 
 

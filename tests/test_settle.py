@@ -7,8 +7,9 @@ import os
 import pytest
 
 from analyzer.load import load
-from analyzer.settle import settle
-from analyzer.waitfor import ordered, simulate
+from analyzer.waitfor.certificate import ordered
+from analyzer.waitfor.replay import simulate
+from analyzer.waitfor.settle import settle
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,14 +52,14 @@ def test_a_replay_too_large_is_a_note_in_check_and_one_line_in_hang(recorded, mo
     import subprocess
     import sys
 
-    from analyzer import waitfor
+    from analyzer.waitfor import replay
     from analyzer.checks import ordering
 
     path = recorded("deadlock_ab", 4, "fake")[0]
     t = load(path)
-    monkeypatch.setattr(waitfor, "REPLAY_LIMIT", 3)
+    monkeypatch.setattr(replay, "REPLAY_LIMIT", 3)
     assert ordering.check(t) == [] and any("ordering not verified" in n for n in t.notes)
-    code = ("import sys; from analyzer import waitfor; waitfor.REPLAY_LIMIT = 3; from analyzer.cli import main; "
+    code = ("import sys; from analyzer.waitfor import replay; replay.REPLAY_LIMIT = 3; from analyzer.cli import main; "
             f"sys.argv = ['analyzer', 'hang', {path!r}]; main()")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "replay stops at 3" in p.stderr

@@ -53,7 +53,7 @@ def record(
     from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
     from tracer.program import Program
-    from tracer.ranks import parse_ranks
+    from traceformat.ranks import parse_ranks
     from tracer.record import record as run_record
 
     if config is not None and (script is not None or entrypoint is not None) and not config.endswith(".toml"):
@@ -90,7 +90,7 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compu
     from tracer import config as config_mod
     from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
-    from tracer.ranks import parse_ranks
+    from traceformat.ranks import parse_ranks
     from tracer.record import record as run_record
 
     if script is not None or entrypoint is not None:
@@ -148,8 +148,8 @@ def merge(inputs: list[str] = typer.Argument(..., metavar="PARTS...", help="Fold
                                             "(OUT.trace.parts), .part files, or partial .trace files (shards)."),
           out: str = typer.Option(..., "--out", "-o", help="Output .trace.")) -> None:
     """Join per-rank parts and shards (of an interrupted or sharded recording) into one trace."""
-    from tracer import format as fmt
-    from tracer import parts as trace_parts
+    from traceformat import format as fmt
+    from traceformat import parts as trace_parts
     from tracer.record import collect_parts
 
     try:
@@ -174,7 +174,7 @@ def replay(
 ) -> None:
     """Re-issue a recorded comm pattern on a real backend, no model. Exit 0 completed (prints time
     and bandwidth per op and group), 1 hung or failed (prints the hang analysis), 2 bad input."""
-    from tracer import format as fmt
+    from traceformat import format as fmt
     from tracer.replay import ReplayError, replay as run_replay
 
     out = out or os.path.splitext(trace)[0] + ".replay.trace"
@@ -184,21 +184,86 @@ def replay(
         _fail(str(e))
     from rich.console import Console
 
-    console = Console()
     if result.hung or result.errors:
-        from analyzer.hang import analyze, frontier_rows
-        from analyzer.load import load
-        from analyzer.render import console as render
-
         what = f"hung: killed after {timeout:g} s" if result.hung else "failed"
         typer.echo(f"replay {what} -> {out}", err=True)
         for line in list(result.errors.values())[:4]:
             typer.echo(f"  {line}", err=True)
-        t = load(out)
-        report = analyze(t)
-        render.hang(console, t, report, frontier_rows(t, report))
+        _analyzer("hang", out)  # the hang analysis of the replay's own trace (exit 1: it hung)
         raise typer.Exit(1)
-    _replay_table(console, result)
+    _replay_table(Console(), result)
+
+
+def _analyzer(*args: str) -> int:
+    """Run the torch-free analyzer's CLI on what was recorded: a subprocess, so that the recorder
+    imports nothing from the analyzer. Its output goes straight to ours; returns its exit code."""
+    import subprocess
+
+    sys.stdout.flush()
+    return subprocess.run([sys.executable, "-m", "analyzer", *args]).returncode
+
+
+golden_app = typer.Typer(no_args_is_help=True, help="Golden comm patterns of the examples: re-record them and "
+                                                     "check or update traces/.")
+app.add_typer(golden_app, name="golden")
+
+
+def _examples_folder(examples: str) -> None:
+    if not os.path.isdir(examples):
+        _fail(f"{examples}: no such folder (give --examples DIR)")
+
+
+def _recording_errors(errors: dict[str, str]) -> None:
+    for name, error in errors.items():
+        typer.echo(f"error    {name}: {error}")
+
+
+@golden_app.command("check")
+def golden_check(examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
+                 traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
+    """Re-record each example and diff it against traces/<name>.trace (`analyzer golden check` on
+    the recordings). Exit 0 all equal, 1 any change (the diff is printed), 2 bad input or a failed
+    recording."""
+    import tempfile
+
+    from tracer.golden import record_all
+
+    _examples_folder(examples)
+    with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
+        traces, errors = record_all(examples, work)
+        _recording_errors(errors)
+        rc = _analyzer("golden", "check", "--examples", examples, "--traces", traces_dir, *traces.values()) \
+            if traces else 0
+    raise typer.Exit(2 if errors else rc)
+
+
+@golden_app.command("update")
+def golden_update(given: list[str] = typer.Argument(None, help="Traces to adopt as goldens (matched to examples "
+                                                              "by file name); default: re-record every example."),
+                  examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
+                  traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
+    """Re-record each example (or take the given traces) and rewrite its golden (canonical: ts 0,
+    repo-relative paths); commit traces/ afterwards."""
+    import tempfile
+
+    from tracer.golden import record_all, update
+
+    _examples_folder(examples)
+    for p in given or ():
+        if not os.path.exists(p):
+            _fail(f"{p}: no such file")
+    with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
+        if given:
+            traces, errors = {os.path.splitext(os.path.basename(p))[0]: p for p in given}, {}
+        else:
+            traces, errors = record_all(examples, work)
+        _recording_errors(errors)
+        written = update(examples, traces_dir, traces)
+    for path in written:
+        typer.echo(f"written  {os.path.splitext(os.path.basename(path))[0]} ({path})")
+    if not written and not errors:
+        _fail("no examples matched")
+    raise typer.Exit(2 if errors else 0)
 
 
 def _replay_table(console, result) -> None:

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 
 from tracer import executors
-from tracer import parts as trace_parts
+from traceformat import parts as trace_parts
 from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
-from tracer.ranks import ranks_text
+from traceformat.ranks import ranks_text
 
 
 @dataclass(kw_only=True, slots=True)
@@ -111,8 +111,8 @@ def collect_parts(inputs: list[str]) -> list[str]:
     """What `tracer merge` joins: each input a folder (its *.part files), a .part file or a
     (partial) .trace, e.g. the shards of a recording split with --ranks. ValueError (one line)
     when an input is missing or empty, or two of them hold the same rank or world size differs."""
-    from tracer.format import TraceFormatError
-    from tracer.reader import read_header
+    from traceformat.format import TraceFormatError
+    from traceformat.reader import read_header
 
     files: list[str] = []
     for path in inputs:
@@ -152,7 +152,7 @@ def _note_fallback(result: RecordResult, jobs: list[Job]) -> None:
     ranks = [r for j in jobs for r in j.ranks]
     why = ""
     try:  # the first rank's reason, from its part (written before the process exited)
-        from tracer.reader import read_trace
+        from traceformat.reader import read_trace
 
         end = read_trace(os.path.join(jobs[0].parts_dir, f"rank_{ranks[0]:05d}.part")).ends.get(ranks[0])
         why = (end or {}).get("error") or ""

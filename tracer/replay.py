@@ -23,9 +23,9 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from tracer import format as fmt
-from tracer import parts as trace_parts
-from tracer import reader as trace_reader
+from traceformat import format as fmt
+from traceformat import parts as trace_parts
+from traceformat import reader as trace_reader
 
 STARTUP_S = 120.0  # at most this long for the ranks to start and join, on top of --timeout
 _COMM = fmt.COLLECTIVE_OPS | fmt.P2P_OPS

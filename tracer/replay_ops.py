@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from tracer import format as fmt
+from traceformat import format as fmt
 from tracer.capture.recorder import Call, GroupRef, Recorder
 
 # gloo has no AVG; PREMUL_SUM is NCCL-only. The wait pattern is what replay reproduces, not values.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analyzer.checks import collectives, groups, missing_ranks, ordering, p2p
 from analyzer.findings import Finding
-from analyzer.load import Trace
+from analyzer.trace import Trace
 
 CHECKS = {
     "groups": groups.check,

@@ -20,8 +20,8 @@ import polars as pl
 
 from analyzer.checks.common import atom_values, conflicting_gids, group_table, is_shapes, majority, shape_text
 from analyzer.findings import Finding, group_text, ranks_text
-from analyzer.load import Trace
-from tracer.format import COLLECTIVE_OPS
+from analyzer.trace import Trace
+from traceformat.format import COLLECTIVE_OPS
 
 KEY_IN = ["all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather_into_tensor",
           "all_gather_into_tensor_coalesced", "all_gather", "all_gather_coalesced", "gather"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.load import Trace
+from analyzer.trace import Trace
 
 
 def group_table(trace: Trace) -> dict[int, dict]:

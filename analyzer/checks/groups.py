@@ -12,7 +12,7 @@ import polars as pl
 
 from analyzer.checks.common import majority
 from analyzer.findings import Finding, ranks_text
-from analyzer.load import Trace
+from analyzer.trace import Trace
 
 
 def check(trace: Trace) -> list[Finding]:

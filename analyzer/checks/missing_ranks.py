@@ -14,8 +14,8 @@ import polars as pl
 
 from analyzer.checks.common import group_table
 from analyzer.findings import Finding, group_text, ranks_text
-from analyzer.load import Trace
-from tracer.format import COLLECTIVE_OPS
+from analyzer.trace import Trace
+from traceformat.format import COLLECTIVE_OPS
 
 
 def check(trace: Trace) -> list[Finding]:

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from analyzer.checks.common import conflicting_gids, group_table
 from analyzer.findings import Finding, group_text, ranks_text
-from analyzer.load import Trace
-from analyzer.waitfor import Blocked, ReplayTooLarge, cycles, frontier, ordered, post_mortem, simulate, wait_graph
+from analyzer.trace import Trace
+from analyzer.waitfor.certificate import ordered
+from analyzer.waitfor.frontier import frontier
+from analyzer.waitfor.graph import cycles, wait_graph
+from analyzer.waitfor.replay import ReplayTooLarge, simulate
+from analyzer.waitfor.semantics import Blocked, post_mortem
 
 
 def describe(b: Blocked, groups: dict) -> str:

@@ -13,7 +13,7 @@ import polars as pl
 
 from analyzer.checks.common import atom_values, group_table, shape_text
 from analyzer.findings import Finding, group_text
-from analyzer.load import Trace
+from analyzer.trace import Trace
 
 
 def check(trace: Trace) -> list[Finding]:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from analyzer.load import Trace
+from analyzer.trace import Trace
 from analyzer.summary import Summary
 
 

@@ -19,7 +19,7 @@ from typing import IO
 import numpy as np
 import polars as pl
 
-from analyzer.load import Trace
+from analyzer.trace import Trace
 
 ATOM_JSON_COLUMNS = ("in_shapes", "out_shapes", "splits", "info")
 """Columns of atom ids whose values are lists / maps: exported as JSON text (null for none)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from analyzer.load import Trace
+from analyzer.trace import Trace
 from analyzer.summary import Summary
 
 

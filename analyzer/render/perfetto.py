@@ -24,9 +24,9 @@ from typing import IO
 import polars as pl
 
 from analyzer.findings import ranks_text
-from analyzer.load import Trace
+from analyzer.trace import Trace
 from analyzer.render.frames import events_frame, group_labels
-from tracer.format import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
+from traceformat.format import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
 
 LOGICAL_SLICE_US = 0.8
 """Width of a slice in logical time, where events sit 1 µs apart (the gap keeps them apart)."""
@@ -54,7 +54,7 @@ def uses_real_time(trace: Trace, time: str = "auto") -> bool:
     """Real timestamps for post-mortem traces that have them; logical time for dry runs."""
     if time != "auto":
         return time == "real"
-    from analyzer.waitfor import post_mortem
+    from analyzer.waitfor.semantics import post_mortem
 
     ts = trace.events["ts"]
     return post_mortem(trace) and ts.len() > 0 and float(ts.max() - ts.min()) > 0

@@ -47,7 +47,7 @@ class WaitPicture:
 
 def roles(graph: nx.DiGraph, stuck: dict) -> tuple[list[int], list[int]]:
     """(ranks on a cycle, in cycle order; stalled ranks: waited on, not blocked themselves)."""
-    from analyzer.waitfor import cycles
+    from analyzer.waitfor.graph import cycles
 
     on_cycle = [r for c in cycles(graph) for r in c]
     stalled = sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from tracer import format as fmt
+from traceformat import format as fmt
 from tracer.capture.attribution import Attribution
 
 

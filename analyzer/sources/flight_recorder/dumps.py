@@ -14,10 +14,10 @@ shapes, bytes, frame = first user frame) plus two FR-only columns:
 Groups come from `pg_config`, or are inferred from the entries when it is empty (gloo): a
 group's members are the ranks whose entries name it, the world is at least what the default
 group's all-gathers show (`[group size, *input]`), so a rank that left no dump is still a
-member, reported missing. How FR's conventions are mapped: analyzer.flight_recorder_conventions.
+member, reported missing. How FR's conventions are mapped: analyzer.sources.flight_recorder.conventions.
 
 Columnar where it counts: each dump is decoded to numpy columns by
-analyzer.flight_recorder_rank.read_rank (in worker processes when there are many), and the rest
+analyzer.sources.flight_recorder.rank.read_rank (in worker processes when there are many), and the rest
 is numpy over whole columns.
 """
 
@@ -32,14 +32,14 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import polars as pl
 
-from analyzer import flight_recorder_conventions as conv
-from analyzer.flight_recorder_groups import build_groups
-from analyzer.flight_recorder_rank import RankDump, read_rank
-from analyzer.flight_recorder_read import dump_files, is_dump_path
-from analyzer.load import LoadError, Trace, from_data
-from tracer import format as fmt
+from analyzer.sources.flight_recorder import conventions as conv
+from analyzer.sources.flight_recorder.groups import build_groups
+from analyzer.sources.flight_recorder.rank import RankDump, read_rank
+from analyzer.sources.flight_recorder.read import dump_files
+from analyzer.trace import LoadError, Trace, from_data
+from traceformat import format as fmt
 
-__all__ = ["is_dump_path", "load_dumps"]
+__all__ = ["load_dumps"]
 
 
 class _Atoms:

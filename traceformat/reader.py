@@ -1,6 +1,6 @@
 """Reading traces: records -> TraceData, with every block decoded and validated (a corrupt or
-truncated file keeps what came before, with a note). The other half of tracer/format.py, which
-defines the records and writes them; tracer/codec.py packs a block's columns. Torch-free."""
+truncated file keeps what came before, with a note). The other half of traceformat/format.py, which
+defines the records and writes them; traceformat/codec.py packs a block's columns. Torch-free."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from tracer import codec
-from tracer.format import (PATTERN_ATOM_AT, DTYPES, PATTERN_GROUP_AT, INT_COLUMNS, PBLOCK_STREAM, ATOM_COLUMNS, BLOCK_EVENTS,
+from traceformat import codec
+from traceformat.format import (PATTERN_ATOM_AT, DTYPES, PATTERN_GROUP_AT, INT_COLUMNS, PBLOCK_STREAM, ATOM_COLUMNS, BLOCK_EVENTS,
                            COLUMN_NAMES, COLUMNS, FORMAT_NAME, PATTERN_COLUMNS, VERSION, TraceData,
                            TraceFormatError)
 

@@ -1,27 +1,27 @@
 """Where a dry run's ranks end up blocked, columnar: the least fixed point of "a rank blocks at
 its first op whose instance cannot complete", for traces whose ordering certificate holds.
 
-Why it is exact there: `waitfor.ordered` proves that some numbering T of the instances grows
+Why it is exact there: `waitfor.certificate.ordered` proves that some numbering T of the instances grows
 along every stream, so replaying instances in T order is the replay. An instance completes iff
 every party issues it; a party fails to issue it iff it blocked earlier in its own stream. So,
 starting from the instances some party never issues at all, each round marks the instances
 that a blocked party never reaches, and blocks their parties there (at the op, or at its wait
 when async; never at an eager send). A handful of rounds of joins over the events replaces
-`waitfor.simulate`, which walks 82 M events in Python (minutes and ~24 GB at that size).
+`waitfor.replay.simulate`, which walks 82 M events in Python (minutes and ~24 GB at that size).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from analyzer.load import Trace
-from analyzer.waitfor import COLLECTIVE, SEND, WAIT, Blocked, comm_patterns, group_members, op_key, waits_for
+from analyzer.trace import Trace
+from analyzer.waitfor.semantics import COLLECTIVE, SEND, WAIT, Blocked, comm_patterns, group_members, op_key, waits_for
 
 MAX_ROUNDS = 64
 
 
 def settle(trace: Trace, eager_bytes: int = 0) -> dict[int, Blocked] | None:
-    """Ranks left blocked, as waitfor.simulate gives them; None if it does not converge."""
+    """Ranks left blocked, as waitfor.replay.simulate gives them; None if it does not converge."""
     members = group_members(trace)
     present = set(trace.ranks)
     pats = comm_patterns(trace).with_columns(

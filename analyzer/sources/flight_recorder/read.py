@@ -21,7 +21,7 @@ import os
 import pickle
 import re
 
-from analyzer.load import LoadError
+from analyzer.trace import LoadError
 
 # (module, name) a pickle may resolve: inert builtin types only. FR's own dumps need none.
 SAFE_GLOBALS = frozenset({("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "str", "int",
@@ -76,16 +76,18 @@ def dump_files(path: str) -> list[tuple[str, str]]:
     return out
 
 
-def is_dump_path(path: str) -> bool:
-    """A dump file, or a folder holding dumps and no commtrace .trace / .part files."""
+def dump_kinds(path: str) -> set[str]:
+    """The kinds ('pickle', 'json') of the FR dumps at `path`: a dump file, or a folder holding
+    dumps and no commtrace .trace / .part files. Empty when the path is not FR dumps."""
     if os.path.isfile(path):
-        return sniff(path) is not None
+        kind = sniff(path)
+        return {kind} if kind else set()
     if not os.path.isdir(path):
-        return False
+        return set()
     for root, _, files in os.walk(path):
         if any(f.endswith((".trace", ".part")) for f in files):
-            return False
-    return bool(dump_files(path))
+            return set()
+    return {kind for _, kind in dump_files(path)}
 
 
 def read_dump(path: str, kind: str) -> dict:

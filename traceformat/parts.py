@@ -1,5 +1,5 @@
 """Joining and rewriting traces: per-rank parts merged into one trace of column blocks (or
-combined in memory), and decoded data written back as rows. Built on tracer.format, which alone
+combined in memory), and decoded data written back as rows. Built on traceformat.format, which alone
 knows the bytes; torch-free like it."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tracer.codec import RankColumns, split
-from tracer.format import (ATOM_COLUMNS, COLUMN_NAMES, COLUMNS, Arena, AtomTable, TraceData, TraceFormatError,
+from traceformat.codec import RankColumns, split
+from traceformat.format import (ATOM_COLUMNS, COLUMN_NAMES, COLUMNS, Arena, AtomTable, TraceData, TraceFormatError,
                            TraceWriter, default_row)
-from tracer.reader import read_header, read_trace
+from traceformat.reader import read_header, read_trace
 
 
 class _Tables:

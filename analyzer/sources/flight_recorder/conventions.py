@@ -9,7 +9,7 @@ FR records what the *backend* ran, not what the program called, and in its own c
   `[1, *input]` -- so "output = input x group size" does not hold on what FR wrote;
 - dtypes are c10 names (`Float`, `BFloat16`), p2p peers are group ranks inside the name
   (`nccl:send 0->1`), `collective_seq_id` counts from 1.
-The importer maps all this onto commtrace's vocabulary (tracer.format) so that the checks see
+The importer maps all this onto commtrace's vocabulary (traceformat.format) so that the checks see
 one convention. Where the Python frames are in the dump (pickle dumps with stack traces), the
 c10d / functional API the program called names the op; without frames (JSON dumps) the backend
 op stays. Outputs of gathers and of reduce-scatters named from frames are derived from the

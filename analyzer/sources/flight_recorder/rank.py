@@ -14,9 +14,9 @@ from operator import itemgetter
 
 import numpy as np
 
-from analyzer import flight_recorder_conventions as conv
-from analyzer.flight_recorder_read import rank_of, read_dump
-from analyzer.load import LoadError
+from analyzer.sources.flight_recorder import conventions as conv
+from analyzer.sources.flight_recorder.read import rank_of, read_dump
+from analyzer.trace import LoadError
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The commtrace trace format, v2: the records, their layout constants and the writer. With
-tracer/reader.py (decoding) and tracer/codec.py (a block's column packings), the only code that
+traceformat/reader.py (decoding) and traceformat/codec.py (a block's column packings), the only code that
 knows the bytes.
 
 Torch-free on purpose: the analyzer imports this module and must start without torch.
@@ -11,7 +11,7 @@ maps, each with a type key "t":
     group    one process group of the group table: gid, torch name, member ranks, desc
     ev       one event of one rank as a row (streamed while recording, flushed per event)
     pblock   many events of one rank: a table of distinct patterns plus, per event, a pattern
-             code, seq, step, batch and timestamp, each column packed (tracer/codec.py)
+             code, seq, step, batch and timestamp, each column packed (traceformat/codec.py)
     block    (v1) many events of one rank as plain little-endian column arrays
     end      a rank finished: its event count, status ("ok" / "error") and error line
     footer   once, last: the file is complete
@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from tracer import codec
+from traceformat import codec
 
 FORMAT_NAME = "commtrace"
 VERSION = (2, 0)

@@ -1,4 +1,4 @@
-"""Column codecs of trace format v2 (part of the format: tracer/format.py frames the records,
+"""Column codecs of trace format v2 (part of the format: traceformat/format.py frames the records,
 this module packs the columns inside a `pblock`). Torch-free, numpy only.
 
 Why: a rank's stream is a few hundred distinct "patterns" (op, group, shapes, bytes, module,

@@ -1,0 +1,5 @@
+"""`python -m analyzer ...`: the analyzer CLI (how the recorder runs it without importing it)."""
+
+from analyzer.cli import main
+
+main()

@@ -1,0 +1,19 @@
+"""PyTorch Flight Recorder JSON dumps (`_dump_fr_trace_json`): one file, or a folder of them
+(any naming, walked). The importer itself is flight_recorder/."""
+
+from __future__ import annotations
+
+from analyzer.sources.flight_recorder.read import dump_kinds
+from analyzer.trace import Trace
+
+NAME = "Flight Recorder JSON dumps"
+
+
+def recognise(path: str) -> bool:
+    return dump_kinds(path) == {"json"}
+
+
+def load(path: str, **options) -> Trace:
+    from analyzer.sources.flight_recorder.dumps import load_dumps
+
+    return load_dumps(path)
