@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from analyzer.diff import diff_traces
-from analyzer.golden import record_example
+from tracer.golden import record_example
 from analyzer.load import load
 from analyzer.normalize import normalize
 from conftest import BIN, REPO, program

@@ -1,4 +1,4 @@
-"""The columnar fixed point (analyzer.settle) leaves exactly the ranks that the Python replay
+"""The columnar fixed point (analyzer.waitfor.settle) leaves exactly the ranks that the Python replay
 (waitfor.simulate) leaves blocked, in the same ops, waiting for the same ranks -- on every
 trace whose ordering certificate holds; and the certificate holds on the SPMD ones."""
 
