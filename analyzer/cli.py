@@ -6,9 +6,13 @@ import sys
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Analyze commtrace traces (and Flight Recorder dumps): summary, checks, hangs, "
-                       "diffs, an HTML report, exports (Perfetto, parquet, JSON).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Analyze commtrace traces (and Flight Recorder dumps): summary, checks, hangs, "
+    "diffs, an HTML report, exports (Perfetto, parquet, JSON).",
+)
 
 
 @app.callback()
@@ -45,8 +49,10 @@ def _load(path: str):
 
 
 @app.command()
-def summary(trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
-            json_out: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
+def summary(
+    trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
     """Collectives and bytes per group (mesh dim) and op, per rank class."""
     from analyzer.summary import summarize
 
@@ -56,8 +62,10 @@ def summary(trace: str = typer.Argument(..., help="A .trace file or a folder of 
 
 
 @app.command()
-def check(trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
-          json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON.")) -> None:
+def check(
+    trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
+    json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
+) -> None:
     """Mismatched collectives, skipped collectives, p2p and group-creation errors, with culprits.
     Exit 0 when clean, 1 with findings."""
     from analyzer.checks import run_checks
@@ -69,13 +77,17 @@ def check(trace: str = typer.Argument(..., help="A .trace file or a folder of pe
 
 
 @app.command()
-def hang(trace: str = typer.Argument(..., help="A trace (dry run or killed run) or a folder of parts / FR dumps."),
-         expected: str = typer.Option(None, "--expected", help="Golden trace of the same config: say what each "
-                                                               "stuck rank should have run next."),
-         dot: str = typer.Option(None, "--dot", help="Write the wait-for graph as Graphviz DOT to this file."),
-         eager_bytes: int = typer.Option(0, "--eager-bytes", help="Blocking sends up to this size complete "
-                                                                  "without a posted recv (eager protocol)."),
-         json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON.")) -> None:
+def hang(
+    trace: str = typer.Argument(..., help="A trace (dry run or killed run) or a folder of parts / FR dumps."),
+    expected: str = typer.Option(
+        None, "--expected", help="Golden trace of the same config: say what each stuck rank should have run next."
+    ),
+    dot: str = typer.Option(None, "--dot", help="Write the wait-for graph as Graphviz DOT to this file."),
+    eager_bytes: int = typer.Option(
+        0, "--eager-bytes", help="Blocking sends up to this size complete without a posted recv (eager protocol)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
+) -> None:
     """Post-mortem of a hang: stuck ranks, wait-for graph, root causes. Exit 0 no hang, 1 hang."""
     from analyzer.hang import analyze, frontier_rows
 
@@ -95,9 +107,11 @@ def hang(trace: str = typer.Argument(..., help="A trace (dry run or killed run) 
 
 
 @app.command()
-def diff(a: str = typer.Argument(..., help="Trace A (e.g. the golden or the old config)."),
-         b: str = typer.Argument(..., help="Trace B."),
-         json_out: bool = typer.Option(False, "--json", help="Print the divergences and volume table as JSON.")) -> None:
+def diff(
+    a: str = typer.Argument(..., help="Trace A (e.g. the golden or the old config)."),
+    b: str = typer.Argument(..., help="Trace B."),
+    json_out: bool = typer.Option(False, "--json", help="Print the divergences and volume table as JSON."),
+) -> None:
     """How the comm pattern moved from A to B: first divergence per rank class, inserted /
     removed / changed runs, and volume per mesh dim x op x phase. Exit 0 equal, 1 different."""
     from analyzer.diff import diff_traces
@@ -132,15 +146,28 @@ def _open(path: str, mode: str):
 
 
 @app.command()
-def export(trace: str = typer.Argument(..., help="A trace, a folder of parts or of Flight Recorder dumps."),
-           output: str = typer.Option(..., "-o", "--output", help="File to write."),
-           fmt: str = typer.Option("perfetto", "--format", help="perfetto: a timeline for ui.perfetto.dev (Chrome "
-                                   "trace JSON); parquet: the events frame, plus OUT.groups.parquet; json: both "
-                                   "frames in one JSON object."),
-           time: str = typer.Option("auto", "--time", help="perfetto: auto (real timestamps of post-mortem traces, "
-                                    "logical time of dry runs), logical (1 us = one event) or real."),
-           ranks: str = typer.Option("all", "--ranks", help="Only these ranks, e.g. 0-7,64 (a timeline of "
-                                     "thousands of ranks is more than a browser opens).")) -> None:
+def export(
+    trace: str = typer.Argument(..., help="A trace, a folder of parts or of Flight Recorder dumps."),
+    output: str = typer.Option(..., "-o", "--output", help="File to write."),
+    fmt: str = typer.Option(
+        "perfetto",
+        "--format",
+        help="perfetto: a timeline for ui.perfetto.dev (Chrome "
+        "trace JSON); parquet: the events frame, plus OUT.groups.parquet; json: both "
+        "frames in one JSON object.",
+    ),
+    time: str = typer.Option(
+        "auto",
+        "--time",
+        help="perfetto: auto (real timestamps of post-mortem traces, "
+        "logical time of dry runs), logical (1 us = one event) or real.",
+    ),
+    ranks: str = typer.Option(
+        "all",
+        "--ranks",
+        help="Only these ranks, e.g. 0-7,64 (a timeline of thousands of ranks is more than a browser opens).",
+    ),
+) -> None:
     """Write the trace for other tools: a Perfetto timeline (a process per rank, a track per
     process group, p2p as flow arrows) or its frames as parquet / JSON. Exit 0 written, 2 bad input."""
     if fmt not in EXPORT_FORMATS:
@@ -161,8 +188,10 @@ def export(trace: str = typer.Argument(..., help="A trace, a folder of parts or 
 
         with _open(output, "w") as f:
             n = write_perfetto(t, f, time)
-        typer.echo(f"wrote {output}: {n['slices']} slices on {n['tracks']} tracks, {n['flows']} p2p flows, "
-                   f"{'real' if n['real_time'] else 'logical'} time; open it in https://ui.perfetto.dev")
+        typer.echo(
+            f"wrote {output}: {n['slices']} slices on {n['tracks']} tracks, {n['flows']} p2p flows, "
+            f"{'real' if n['real_time'] else 'logical'} time; open it in https://ui.perfetto.dev"
+        )
     elif fmt == "parquet":
         from analyzer.render.frames import groups_path, write_parquet
 
@@ -179,13 +208,17 @@ def export(trace: str = typer.Argument(..., help="A trace, a folder of parts or 
 
 
 @app.command()
-def report(trace: str = typer.Argument(..., help="A trace, a folder of parts or of Flight Recorder dumps."),
-           output: str = typer.Option("report.html", "-o", "--output", help="HTML file to write."),
-           diff_with: str = typer.Option(None, "--diff", help="Trace B: add `analyzer diff`'s tables and a plot "
-                                                              "of volume in A and B."),
-           expected: str = typer.Option(None, "--expected", help="Golden trace of the same config: say what each "
-                                                                 "stalled rank should have run next."),
-           eager_bytes: int = typer.Option(0, "--eager-bytes", help="As for `analyzer hang`.")) -> None:
+def report(
+    trace: str = typer.Argument(..., help="A trace, a folder of parts or of Flight Recorder dumps."),
+    output: str = typer.Option("report.html", "-o", "--output", help="HTML file to write."),
+    diff_with: str = typer.Option(
+        None, "--diff", help="Trace B: add `analyzer diff`'s tables and a plot of volume in A and B."
+    ),
+    expected: str = typer.Option(
+        None, "--expected", help="Golden trace of the same config: say what each stalled rank should have run next."
+    ),
+    eager_bytes: int = typer.Option(0, "--eager-bytes", help="As for `analyzer hang`."),
+) -> None:
     """One self-contained HTML page (no network needed): summary, findings with their frames, the
     wait-for graph of a hang or deadlock, volume plots per mesh dim x op x phase and per step, and
     with --diff the divergence and volume tables. Exit 0 once written (a picture, not a check:
@@ -196,29 +229,37 @@ def report(trace: str = typer.Argument(..., help="A trace, a folder of parts or 
     t = _load(trace)
     other = _load(diff_with) if diff_with else None
     golden = _load(expected) if expected else None
-    rep = build_report(t, ReportInputs(source=trace, other=other, other_source=diff_with, expected=golden,
-                                       eager_bytes=eager_bytes))
+    rep = build_report(
+        t, ReportInputs(source=trace, other=other, other_source=diff_with, expected=golden, eager_bytes=eager_bytes)
+    )
     from analyzer.render.html import render
 
     page = render(rep)
     with _open(output, "w") as f:
         f.write(page)
     hung = rep.hang is not None and rep.hang.hung
-    typer.echo(f"wrote {output}: {len(rep.findings)} finding{'s' if len(rep.findings) != 1 else ''}, "
-               + (f"hang ({len(rep.hang.stuck)} ranks stuck)" if hung else "no hang")
-               + ("" if rep.diff is None else ", same pattern as B" if rep.diff.equal else ", differs from B"))
+    typer.echo(
+        f"wrote {output}: {len(rep.findings)} finding{'s' if len(rep.findings) != 1 else ''}, "
+        + (f"hang ({len(rep.hang.stuck)} ranks stuck)" if hung else "no hang")
+        + ("" if rep.diff is None else ", same pattern as B" if rep.diff.equal else ", differs from B")
+    )
 
 
-golden_app = typer.Typer(no_args_is_help=True, help="Golden comm patterns of the examples: compare traces with "
-                                                     "traces/ (re-recording them is `tracer golden`).")
+golden_app = typer.Typer(
+    no_args_is_help=True,
+    help="Golden comm patterns of the examples: compare traces with traces/ (re-recording them is `tracer golden`).",
+)
 app.add_typer(golden_app, name="golden")
 
 
 @golden_app.command("check")
-def golden_check(given: list[str] = typer.Argument(None, help="Traces to check, matched to goldens by file name "
-                                                              "(to re-record every example: tracer golden check)."),
-                 examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
-                 traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
+def golden_check(
+    given: list[str] = typer.Argument(
+        None, help="Traces to check, matched to goldens by file name (to re-record every example: tracer golden check)."
+    ),
+    examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
+    traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces."),
+) -> None:
     """Diff each given trace against traces/<name>.trace (torch-free).
     Exit 0 all equal, 1 any change (the diff is printed), 2 bad input."""
     import os
@@ -251,8 +292,10 @@ def golden_check(given: list[str] = typer.Argument(None, help="Traces to check, 
         raise typer.Exit(2)
     changed = [r.name for r in results if r.status in ("changed", "new")]
     if changed:
-        out.print(f"[bold red]✗ {len(changed)} comm pattern(s) differ from their goldens[/]: {', '.join(changed)}; "
-                  "if intended, run `tracer golden update` and commit traces/")
+        out.print(
+            f"[bold red]✗ {len(changed)} comm pattern(s) differ from their goldens[/]: {', '.join(changed)}; "
+            "if intended, run `tracer golden update` and commit traces/"
+        )
     raise typer.Exit(1 if changed else 0)
 
 

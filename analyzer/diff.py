@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyzer.trace import Trace
 from analyzer.normalize import COMM_OPS, normalize, rank_streams
+from analyzer.trace import Trace
 
 CONTEXT = 3
 """Signatures shown before the first divergence."""
@@ -79,27 +79,34 @@ class Diff:
 
     @property
     def equal(self) -> bool:
-        volume_equal = self.volume is None or self.volume.filter(
-            (pl.col("calls_delta") != 0) | (pl.col("bytes_delta") != 0)).is_empty()
-        return (self.streams_compared and not self.divergences and not self.only_a and not self.only_b
-                and volume_equal)
+        volume_equal = (
+            self.volume is None
+            or self.volume.filter((pl.col("calls_delta") != 0) | (pl.col("bytes_delta") != 0)).is_empty()
+        )
+        return self.streams_compared and not self.divergences and not self.only_a and not self.only_b and volume_equal
 
 
 def volume_table(norm_a: pl.DataFrame, norm_b: pl.DataFrame) -> pl.DataFrame:
     """Collective/p2p calls and bytes (larger buffer side, summed over ranks) per mesh dim x op
     x phase, side by side with B - A deltas; rows present on one side only show 0 on the other."""
+
     def per(norm, side):
-        return (norm.filter(pl.col("op").is_in(sorted(COMM_OPS)))
-                .group_by("dim", "op", "phase")
-                .agg(pl.len().cast(pl.Int64).alias(f"calls_{side}"), pl.col("bytes").sum().alias(f"bytes_{side}")))
+        return (
+            norm.filter(pl.col("op").is_in(sorted(COMM_OPS)))
+            .group_by("dim", "op", "phase")
+            .agg(pl.len().cast(pl.Int64).alias(f"calls_{side}"), pl.col("bytes").sum().alias(f"bytes_{side}"))
+        )
 
     keys = ["dim", "op", "phase"]
     table = per(norm_a, "a").join(per(norm_b, "b"), on=keys, how="full", coalesce=True)
-    return (table.with_columns(pl.col("calls_a", "calls_b", "bytes_a", "bytes_b").fill_null(0))
-            .with_columns(calls_delta=pl.col("calls_b") - pl.col("calls_a"),
-                          bytes_delta=pl.col("bytes_b") - pl.col("bytes_a"))
-            .select(*keys, "calls_a", "calls_b", "calls_delta", "bytes_a", "bytes_b", "bytes_delta")
-            .sort(keys))
+    return (
+        table.with_columns(pl.col("calls_a", "calls_b", "bytes_a", "bytes_b").fill_null(0))
+        .with_columns(
+            calls_delta=pl.col("calls_b") - pl.col("calls_a"), bytes_delta=pl.col("bytes_b") - pl.col("bytes_a")
+        )
+        .select(*keys, "calls_a", "calls_b", "calls_delta", "bytes_a", "bytes_b", "bytes_delta")
+        .sort(keys)
+    )
 
 
 def diff_traces(a: Trace, b: Trace) -> Diff:
@@ -107,20 +114,27 @@ def diff_traces(a: Trace, b: Trace) -> Diff:
     return diff_normalized(norm_a, norm_b, a.world_size, b.world_size, a.ranks, b.ranks)
 
 
-def diff_normalized(norm_a: pl.DataFrame, norm_b: pl.DataFrame, world_a: int, world_b: int,
-                    ranks_a: list[int], ranks_b: list[int]) -> Diff:
+def diff_normalized(
+    norm_a: pl.DataFrame, norm_b: pl.DataFrame, world_a: int, world_b: int, ranks_a: list[int], ranks_b: list[int]
+) -> Diff:
     out = Diff(world_size_a=world_a, world_size_b=world_b, volume=volume_table(norm_a, norm_b))
     if world_a != world_b:
         return out  # different layouts: only the volume table compares
     out.only_a = sorted(set(ranks_a) - set(ranks_b))
     out.only_b = sorted(set(ranks_b) - set(ranks_a))
     both = sorted(set(ranks_a) & set(ranks_b))
-    streams = (pl.DataFrame({"rank": both}, schema={"rank": pl.Int32})
-               .join(rank_streams(norm_a), on="rank", how="left")
-               .join(rank_streams(norm_b), on="rank", how="left", suffix="_b")
-               .with_columns(pl.col("h", "h_b").fill_null(0)))
-    differing = (streams.filter(pl.col("h") != pl.col("h_b"))  # the one columnar pass
-                 .group_by("h", "h_b").agg(pl.col("rank").sort()).sort(pl.col("rank").list.first()))
+    streams = (
+        pl.DataFrame({"rank": both}, schema={"rank": pl.Int32})
+        .join(rank_streams(norm_a), on="rank", how="left")
+        .join(rank_streams(norm_b), on="rank", how="left", suffix="_b")
+        .with_columns(pl.col("h", "h_b").fill_null(0))
+    )
+    differing = (
+        streams.filter(pl.col("h") != pl.col("h_b"))  # the one columnar pass
+        .group_by("h", "h_b")
+        .agg(pl.col("rank").sort())
+        .sort(pl.col("rank").list.first())
+    )
     classes: dict[tuple, Divergence] = {}
     for pair in differing.iter_rows(named=True):
         ranks = pair["rank"]
@@ -137,9 +151,14 @@ def diff_normalized(norm_a: pl.DataFrame, norm_b: pl.DataFrame, world_a: int, wo
 
 def _diff_key(div: Divergence) -> tuple:
     """Two rank pairs whose diffs read the same (positions, runs, events) are one class."""
-    return (div.position_a, div.position_b, div.length_a, div.length_b,
-            tuple((r.kind, r.a_start, r.a_stop, r.b_start, r.b_stop, tuple(r.a_sigs), tuple(r.b_sigs))
-                  for r in div.runs), div.n_runs)
+    return (
+        div.position_a,
+        div.position_b,
+        div.length_a,
+        div.length_b,
+        tuple((r.kind, r.a_start, r.a_stop, r.b_start, r.b_stop, tuple(r.a_sigs), tuple(r.b_sigs)) for r in div.runs),
+        div.n_runs,
+    )
 
 
 def _context(row: dict | None) -> dict | None:
@@ -161,11 +180,20 @@ def _diff_rank(ra: pl.DataFrame, rb: pl.DataFrame) -> Divergence:
     first_b = runs[0].b_start if runs else min(len(sa), len(sb))
     row_a = rows_a[first_a] if first_a < len(rows_a) else None
     row_b = rows_b[first_b] if first_b < len(rows_b) else None
-    return Divergence(ranks=[], position_a=first_a, position_b=first_b,
-                      idx_a=row_a["idx"] if row_a else None, idx_b=row_b["idx"] if row_b else None,
-                      event_a=_context(row_a), event_b=_context(row_b),
-                      context=sa[max(0, first_a - CONTEXT):first_a], runs=runs[:MAX_RUNS], n_runs=len(runs),
-                      length_a=len(sa), length_b=len(sb))
+    return Divergence(
+        ranks=[],
+        position_a=first_a,
+        position_b=first_b,
+        idx_a=row_a["idx"] if row_a else None,
+        idx_b=row_b["idx"] if row_b else None,
+        event_a=_context(row_a),
+        event_b=_context(row_b),
+        context=sa[max(0, first_a - CONTEXT) : first_a],
+        runs=runs[:MAX_RUNS],
+        n_runs=len(runs),
+        length_a=len(sa),
+        length_b=len(sb),
+    )
 
 
 def _cost(runs: list[Run]) -> int:
@@ -185,8 +213,8 @@ def _runs(sa: list[str], sb: list[str], rows_a: list[dict], rows_b: list[dict], 
     while suffix < limit - prefix and key_a[-1 - suffix] == key_b[-1 - suffix]:
         suffix += 1
     ids: dict[str, int] = {}  # ints hash and compare faster than long signature strings
-    ia = [ids.setdefault(k, len(ids)) for k in key_a[prefix:len(key_a) - suffix]]
-    ib = [ids.setdefault(k, len(ids)) for k in key_b[prefix:len(key_b) - suffix]]
+    ia = [ids.setdefault(k, len(ids)) for k in key_a[prefix : len(key_a) - suffix]]
+    ib = [ids.setdefault(k, len(ids)) for k in key_b[prefix : len(key_b) - suffix]]
     kinds = {"insert": "inserted", "delete": "removed", "replace": "changed"}
     runs = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ia, ib, autojunk=False).get_opcodes():
@@ -194,6 +222,16 @@ def _runs(sa: list[str], sb: list[str], rows_a: list[dict], rows_b: list[dict], 
         if tag == "equal" or (tag == "replace" and sa[a0:a1] == sb[b0:b1]):
             continue
         first = rows_b[b0] if tag == "insert" else rows_a[a0]
-        runs.append(Run(kinds[tag], a0, a1, b0, b1, sa[a0:a1][:5], sb[b0:b1][:5],
-                        {k: first[k] for k in ("module", "phase", "step", "frame")}))
+        runs.append(
+            Run(
+                kinds[tag],
+                a0,
+                a1,
+                b0,
+                b1,
+                sa[a0:a1][:5],
+                sb[b0:b1][:5],
+                {k: first[k] for k in ("module", "phase", "step", "frame")},
+            )
+        )
     return runs

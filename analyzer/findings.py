@@ -8,9 +8,19 @@ from typing import Any
 
 from traceformat.ranks import ranks_text  # noqa: F401  (culprits are printed with it everywhere)
 
-KINDS = ("op_mismatch", "shape_mismatch", "dtype_mismatch", "reduce_op_mismatch", "root_mismatch",
-         "split_mismatch", "missing_collective", "unmatched_p2p", "p2p_mismatch", "group_mismatch",
-         "deadlock_cycle")
+KINDS = (
+    "op_mismatch",
+    "shape_mismatch",
+    "dtype_mismatch",
+    "reduce_op_mismatch",
+    "root_mismatch",
+    "split_mismatch",
+    "missing_collective",
+    "unmatched_p2p",
+    "p2p_mismatch",
+    "group_mismatch",
+    "deadlock_cycle",
+)
 
 
 @dataclass
@@ -36,11 +46,19 @@ class Finding:
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        out = {"kind": self.kind, "severity": self.severity, "message": self.message,
-               "ranks": sorted(self.ranks), "culprit_ranks": sorted(self.culprit_ranks),
-               "group": self.group, "seq": self.seq, "op": self.op, "expected": self.expected,
-               "actual": {str(k): v for k, v in self.actual.items()},
-               "frames": {str(k): v for k, v in self.frames.items()}}
+        out = {
+            "kind": self.kind,
+            "severity": self.severity,
+            "message": self.message,
+            "ranks": sorted(self.ranks),
+            "culprit_ranks": sorted(self.culprit_ranks),
+            "group": self.group,
+            "seq": self.seq,
+            "op": self.op,
+            "expected": self.expected,
+            "actual": {str(k): v for k, v in self.actual.items()},
+            "frames": {str(k): v for k, v in self.frames.items()},
+        }
         out.update(self.extra)
         return out
 

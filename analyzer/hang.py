@@ -18,8 +18,8 @@ import polars as pl
 from analyzer.checks.common import group_table
 from analyzer.checks.ordering import cycle_findings, key_text
 from analyzer.findings import Finding, group_text, ranks_text
-from analyzer.trace import Trace
 from analyzer.render.dot import to_dot
+from analyzer.trace import Trace
 from analyzer.waitfor.certificate import ordered
 from analyzer.waitfor.frontier import frontier
 from analyzer.waitfor.graph import wait_graph
@@ -57,12 +57,14 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
     for sink in sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck):
         found.append(_stalled(trace, sink, stuck, graph, groups, expected))
     labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
-    return HangReport("post-mortem" if stopped else "replayed", stuck, graph, found,
-                      to_dot(graph, stuck, labels, on_cycle))
+    return HangReport(
+        "post-mortem" if stopped else "replayed", stuck, graph, found, to_dot(graph, stuck, labels, on_cycle)
+    )
 
 
-def _stalled(trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGraph, groups: dict,
-             expected: Trace | None) -> Finding:
+def _stalled(
+    trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGraph, groups: dict, expected: Trace | None
+) -> Finding:
     waiters = sorted(nx.ancestors(graph, rank))
     direct = sorted(graph.predecessors(rank))
     # what the direct waiters are blocked in: the op this rank never entered
@@ -75,8 +77,10 @@ def _stalled(trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGra
     tail = f"; its last recorded op was {last}" if last else "; it recorded no collective"
     if status.get("status", "ok") != "ok":
         tail += f" and it ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "")
-    msg = (f"rank {rank} never entered {what} ({frame}); {len(waiters)} rank"
-           f"{'s' if len(waiters) != 1 else ''} wait on it transitively ({len(direct)} directly){tail}")
+    msg = (
+        f"rank {rank} never entered {what} ({frame}); {len(waiters)} rank"
+        f"{'s' if len(waiters) != 1 else ''} wait on it transitively ({len(direct)} directly){tail}"
+    )
     extra = {"waiting_ranks": waiters, "never_entered": what}
     if expected is not None:
         members = trace.groups.filter(pl.col("gid") == first.key[1])["ranks"]
@@ -85,16 +89,29 @@ def _stalled(trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGra
         if nxt:
             msg += f". Expected next (golden): {nxt['text']}"
             extra["expected_next"] = nxt
-    return Finding(kind="stalled_rank", ranks=sorted(set(waiters) | {rank}), culprit_ranks=[rank],
-                   group=groups.get(first.key[1]), seq=first.key[-1], op=ev["op"], expected=what,
-                   actual={rank: last or "nothing recorded"}, frames={rank: frame}, message=msg, extra=extra)
+    return Finding(
+        kind="stalled_rank",
+        ranks=sorted(set(waiters) | {rank}),
+        culprit_ranks=[rank],
+        group=groups.get(first.key[1]),
+        seq=first.key[-1],
+        op=ev["op"],
+        expected=what,
+        actual={rank: last or "nothing recorded"},
+        frames={rank: frame},
+        message=msg,
+        extra=extra,
+    )
 
 
 def _comm_rows(trace: Trace, rank: int) -> pl.DataFrame:
     ops = [o for o in COMM if o != "wait"]
-    return (trace.select(ops=ops, ranks=[rank]).with_columns(op=pl.col("op").cast(pl.String))
-            .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
-            .sort("idx"))
+    return (
+        trace.select(ops=ops, ranks=[rank])
+        .with_columns(op=pl.col("op").cast(pl.String))
+        .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
+        .sort("idx")
+    )
 
 
 def _describe(row: dict) -> str:
@@ -124,8 +141,17 @@ def next_expected(trace: Trace, golden: Trace, rank: int, waited: tuple | None =
     if done >= ahead.height:
         return {"text": "nothing: the golden rank ends here too", "index": done}
     row = ahead.row(done, named=True)
-    return {"text": _describe(row), "index": done, "op": row["op"], "seq": row["seq"], "group": row["label"],
-            "module": row["module"], "frame": row["frame"], "phase": row["phase"], "step": row["step"]}
+    return {
+        "text": _describe(row),
+        "index": done,
+        "op": row["op"],
+        "seq": row["seq"],
+        "group": row["label"],
+        "module": row["module"],
+        "frame": row["frame"],
+        "phase": row["phase"],
+        "step": row["step"],
+    }
 
 
 def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
@@ -134,10 +160,14 @@ def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
     waited = waited_ops(trace, report.stuck, [r for r, b in report.stuck.items() if b.event["op"] == "wait"])
     out: dict[tuple, dict] = {}
     for b in report.stuck.values():
-        what = (key_text(b.key, groups, b.event["op"]) if b.event["op"] != "wait"
-                else "wait on " + key_text(b.key, groups, waited.get(b.rank, "op")))
-        row = out.setdefault(b.key, {"what": what,
-                                     "group": group_text(groups.get(b.key[1])), "blocked": [], "missing": set()})
+        what = (
+            key_text(b.key, groups, b.event["op"])
+            if b.event["op"] != "wait"
+            else "wait on " + key_text(b.key, groups, waited.get(b.rank, "op"))
+        )
+        row = out.setdefault(
+            b.key, {"what": what, "group": group_text(groups.get(b.key[1])), "blocked": [], "missing": set()}
+        )
         row["blocked"].append(b.rank)
         row["missing"].update(b.waits_for)
     return [dict(r, blocked=sorted(r["blocked"]), missing=sorted(r["missing"])) for r in out.values()]

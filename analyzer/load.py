@@ -1,7 +1,7 @@
 """Load any input the analyzer reads (analyzer/sources/) as a `Trace` (analyzer/trace.py).
 
-    >>> from analyzer import load
-    >>> t = load("fsdp.trace")          # or a parts folder, or Flight Recorder dumps
+>>> from analyzer import load
+>>> t = load("fsdp.trace")          # or a parts folder, or Flight Recorder dumps
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ def _flat(x) -> list:
 
 def _atom_text(trace: Trace, column: str) -> pl.Expr:
     """Atom ids of `column` of the pattern table as compact text (one string per atom, one gather)."""
+
     def text(a):
         if column == "info" and isinstance(a, dict):  # mesh: shape and dims, not absolute ranks
             a = {k: a[k] for k in ("how", "shape", "dims", "api") if k in a}
@@ -86,9 +87,13 @@ def _atom_text(trace: Trace, column: str) -> pl.Expr:
 
 def _members(trace: Trace) -> pl.DataFrame:
     """(gid, member rank, index within the group): one row per membership."""
-    return (trace.groups.select("gid", "ranks", "size")
-            .with_columns(pos=pl.int_ranges(0, pl.col("size"), dtype=pl.Int32))
-            .explode("ranks", "pos").rename({"ranks": "member"}).select("gid", "member", "pos", "size"))
+    return (
+        trace.groups.select("gid", "ranks", "size")
+        .with_columns(pos=pl.int_ranges(0, pl.col("size"), dtype=pl.Int32))
+        .explode("ranks", "pos")
+        .rename({"ranks": "member"})
+        .select("gid", "member", "pos", "size")
+    )
 
 
 def normalize(trace: Trace) -> pl.DataFrame:
@@ -100,35 +105,84 @@ def normalize(trace: Trace) -> pl.DataFrame:
     ev = trace.patterns.with_columns(_atom_text(trace, c) for c in ("in_shapes", "out_shapes", "splits", "info"))
     ev = ev.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(sorted(STREAM_OPS)))
     members = _members(trace)
-    ev = (ev.join(group_keys(trace), left_on="group", right_on="gid", how="left")
-          .join(members.select("gid", "member", self_pos="pos", gsize="size"),
-                left_on=["group", "rank"], right_on=["gid", "member"], how="left")
-          .join(members.select("gid", "member", peer_pos="pos"),
-                left_on=["group", "peer"], right_on=["gid", "member"], how="left"))
+    ev = (
+        ev.join(group_keys(trace), left_on="group", right_on="gid", how="left")
+        .join(
+            members.select("gid", "member", self_pos="pos", gsize="size"),
+            left_on=["group", "rank"],
+            right_on=["gid", "member"],
+            how="left",
+        )
+        .join(
+            members.select("gid", "member", peer_pos="pos"),
+            left_on=["group", "peer"],
+            right_on=["gid", "member"],
+            how="left",
+        )
+    )
     is_p2p = pl.col("op").is_in(sorted(P2P_OPS))
-    where = (pl.when(is_p2p).then(pl.format("peer=+{}", (pl.col("peer_pos") - pl.col("self_pos")) % pl.col("gsize")))
-             .when(pl.col("op").is_in(ROOTED_OPS)).then(pl.format("root={}", pl.col("peer_pos")))
-             .otherwise(pl.lit("")))
+    where = (
+        pl.when(is_p2p)
+        .then(pl.format("peer=+{}", (pl.col("peer_pos") - pl.col("self_pos")) % pl.col("gsize")))
+        .when(pl.col("op").is_in(ROOTED_OPS))
+        .then(pl.format("root={}", pl.col("peer_pos")))
+        .otherwise(pl.lit(""))
+    )
     comm = pl.col("op").is_in(sorted(COMM_OPS))
-    sig = pl.concat_str(
-        [pl.col("op"), pl.col("gkey").fill_null("-"),
-         pl.when(comm).then(pl.concat_str(
-             [pl.col("dtype").cast(pl.String).fill_null(""), pl.lit("in=") + pl.col("in_shapes_text"),
-              pl.lit("out=") + pl.col("out_shapes_text"), pl.col("reduce_op").cast(pl.String).fill_null(""),
-              where.fill_null("peer=?"),
-              pl.when(is_p2p).then(pl.format("tag={}", "tag")).otherwise(pl.lit("")),
-              pl.col("splits_text")], separator=" ")).otherwise(pl.col("info_text"))],
-        separator=" ").str.replace_all(r" +", " ").str.strip_chars()
+    sig = (
+        pl.concat_str(
+            [
+                pl.col("op"),
+                pl.col("gkey").fill_null("-"),
+                pl.when(comm)
+                .then(
+                    pl.concat_str(
+                        [
+                            pl.col("dtype").cast(pl.String).fill_null(""),
+                            pl.lit("in=") + pl.col("in_shapes_text"),
+                            pl.lit("out=") + pl.col("out_shapes_text"),
+                            pl.col("reduce_op").cast(pl.String).fill_null(""),
+                            where.fill_null("peer=?"),
+                            pl.when(is_p2p).then(pl.format("tag={}", "tag")).otherwise(pl.lit("")),
+                            pl.col("splits_text"),
+                        ],
+                        separator=" ",
+                    )
+                )
+                .otherwise(pl.col("info_text")),
+            ],
+            separator=" ",
+        )
+        .str.replace_all(r" +", " ")
+        .str.strip_chars()
+    )
     per_pattern = ev.select(
-        "code", sig=sig, op="op", dim=pl.col("dim").fill_null("-"), gkey=pl.col("gkey").fill_null("-"),
-        bytes=pl.max_horizontal("in_bytes", "out_bytes"), module=pl.col("module").cast(pl.String).fill_null(""),
+        "code",
+        sig=sig,
+        op="op",
+        dim=pl.col("dim").fill_null("-"),
+        gkey=pl.col("gkey").fill_null("-"),
+        bytes=pl.max_horizontal("in_bytes", "out_bytes"),
+        module=pl.col("module").cast(pl.String).fill_null(""),
         phase=pl.col("phase").cast(pl.String).fill_null(""),
-        frame=pl.col("frame").cast(pl.String).fill_null("").str.replace(r"^.*[/\\]", ""))
+        frame=pl.col("frame").cast(pl.String).fill_null("").str.replace(r"^.*[/\\]", ""),
+    )
     rows = trace.with_codes(trace.stream.select("rank", "idx", "code", "step"), per_pattern)
     rows = trace.with_patterns(rows, *[c for c in per_pattern.columns if c != "code"], table=per_pattern)
-    return rows.select("rank", pos=pl.int_range(pl.len(), dtype=pl.Int32).over("rank"), idx="idx", sig="sig",
-                       op="op", dim="dim", gkey="gkey", bytes="bytes", module="module", phase="phase", step="step",
-                       frame="frame")
+    return rows.select(
+        "rank",
+        pos=pl.int_range(pl.len(), dtype=pl.Int32).over("rank"),
+        idx="idx",
+        sig="sig",
+        op="op",
+        dim="dim",
+        gkey="gkey",
+        bytes="bytes",
+        module="module",
+        phase="phase",
+        step="step",
+        frame="frame",
+    )
 
 
 def rank_streams(norm: pl.DataFrame) -> pl.DataFrame:

@@ -87,10 +87,11 @@ def volume_frames(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     from analyzer.normalize import group_keys
     from analyzer.summary import comm_events
 
-    ev = (comm_events(trace).join(group_keys(trace).select("gid", "dim"), left_on="group", right_on="gid",
-                                  how="left")
-          .with_columns(dim=pl.col("dim").fill_null("-"),
-                        phase=pl.col("phase").cast(pl.String).fill_null("unknown")))
+    ev = (
+        comm_events(trace)
+        .join(group_keys(trace).select("gid", "dim"), left_on="group", right_on="gid", how="left")
+        .with_columns(dim=pl.col("dim").fill_null("-"), phase=pl.col("phase").cast(pl.String).fill_null("unknown"))
+    )
     agg = [pl.len().cast(pl.Int64).alias("calls"), pl.col("bytes").sum().cast(pl.Int64)]
     volume = ev.group_by("dim", "op", "phase").agg(*agg).sort("dim", "op", "phase")
     per_step = ev.group_by("step", "dim").agg(*agg).sort("step", "dim")
@@ -124,5 +125,14 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
         from analyzer.diff import diff_traces
 
         diff = diff_traces(trace, inputs.other)
-    return Report(trace=trace, inputs=inputs, findings=merged_findings(checked, hang_found), hang=hang,
-                  frontier=frontier, volume=volume, per_step=per_step, summary=summarize(trace), diff=diff)
+    return Report(
+        trace=trace,
+        inputs=inputs,
+        findings=merged_findings(checked, hang_found),
+        hang=hang,
+        frontier=frontier,
+        volume=volume,
+        per_step=per_step,
+        summary=summarize(trace),
+        diff=diff,
+    )

@@ -35,18 +35,33 @@ def comm_events(trace: Trace) -> pl.DataFrame:
 
 def summarize(trace: Trace) -> Summary:
     ev = comm_events(trace)
-    per_rank = (ev.group_by("rank", "label", "size", "op")
-                .agg(calls=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum())
-                .sort("rank", "label", "op"))
+    per_rank = (
+        ev.group_by("rank", "label", "size", "op")
+        .agg(calls=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum())
+        .sort("rank", "label", "op")
+    )
     counts = trace.stream.group_by("rank").agg(events=pl.len())
-    sig = (per_rank.with_columns(row=pl.format("{}|{}|{}|{}", "label", "op", "calls", "bytes"))
-           .group_by("rank").agg(sig=pl.col("row").sort().str.join(";")))
+    sig = (
+        per_rank.with_columns(row=pl.format("{}|{}|{}|{}", "label", "op", "calls", "bytes"))
+        .group_by("rank")
+        .agg(sig=pl.col("row").sort().str.join(";"))
+    )
     sig = counts.join(sig, on="rank", how="left").with_columns(pl.col("sig").fill_null(""))
-    classes = (sig.group_by("sig", "events").agg(ranks=pl.col("rank").sort())
-               .sort(pl.col("ranks").list.first())
-               .with_row_index("class", offset=1))
-    first = classes.select("class", rank=pl.col("ranks").list.first(),
-                           ranks_text=pl.col("ranks").map_elements(lambda r: ranks_text(list(r)), return_dtype=pl.String))
-    table = (first.join(per_rank, on="rank").drop("rank").rename({"ranks_text": "ranks", "label": "group"})
-             .sort("class", "group", "op"))
+    classes = (
+        sig.group_by("sig", "events")
+        .agg(ranks=pl.col("rank").sort())
+        .sort(pl.col("ranks").list.first())
+        .with_row_index("class", offset=1)
+    )
+    first = classes.select(
+        "class",
+        rank=pl.col("ranks").list.first(),
+        ranks_text=pl.col("ranks").map_elements(lambda r: ranks_text(list(r)), return_dtype=pl.String),
+    )
+    table = (
+        first.join(per_rank, on="rank")
+        .drop("rank")
+        .rename({"ranks_text": "ranks", "label": "group"})
+        .sort("class", "group", "op")
+    )
     return Summary(table=table, classes=classes.select("class", "ranks", "events"))

@@ -91,8 +91,9 @@ class Trace:
         if table is None:
             table = self.patterns
         elif table.height != self.patterns.height or not table["code"].equals(self.patterns["code"]):
-            table = self.patterns.select("code").join(table.select("code", *columns), on="code", how="left",
-                                                      maintain_order="left")
+            table = self.patterns.select("code").join(
+                table.select("code", *columns), on="code", how="left", maintain_order="left"
+            )
         code = frame["code"]
         out = []
         for name in columns:
@@ -100,14 +101,19 @@ class Trace:
             out.append(_back(frame["idx"], col, name) if name in codec.BACK_COLUMNS else col)
         return frame.with_columns(out) if out else frame
 
-    def subset(self, ranks: list[int]) -> "Trace":
+    def subset(self, ranks: list[int]) -> Trace:
         """The same trace with only these ranks' streams (e.g. to export a slice of a big job)."""
         import dataclasses
 
         keep = sorted(set(ranks) & set(self.ranks))
-        return dataclasses.replace(self, stream=self.stream.filter(pl.col("rank").is_in(keep)), ranks=keep,
-                                   status={r: s for r, s in self.status.items() if r in keep}, notes=list(self.notes),
-                                   _events=None)
+        return dataclasses.replace(
+            self,
+            stream=self.stream.filter(pl.col("rank").is_in(keep)),
+            ranks=keep,
+            status={r: s for r, s in self.status.items() if r in keep},
+            notes=list(self.notes),
+            _events=None,
+        )
 
     @property
     def missing_ranks(self) -> list[int]:
@@ -128,7 +134,7 @@ def _back(idx: pl.Series, back: pl.Series, name: str) -> pl.Series:
 
 def group_label(desc: str, name: str) -> str:
     if desc.startswith("mesh_"):
-        return desc[len("mesh_"):]
+        return desc[len("mesh_") :]
     if desc == "default_pg":
         return "world"
     if desc in ("", "undefined"):
@@ -141,17 +147,33 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None) -> Trace:
     ranks = sorted(data.columns)
     patterns, stream, n_of = _frames(data, ranks)
     groups = pl.DataFrame(
-        {"gid": [g["gid"] for g in data.groups.values()], "name": [g["name"] for g in data.groups.values()],
-         "ranks": [g["ranks"] for g in data.groups.values()], "desc": [g["desc"] for g in data.groups.values()]},
-        schema={"gid": pl.Int32, "name": pl.String, "ranks": pl.List(pl.Int32), "desc": pl.String})
+        {
+            "gid": [g["gid"] for g in data.groups.values()],
+            "name": [g["name"] for g in data.groups.values()],
+            "ranks": [g["ranks"] for g in data.groups.values()],
+            "desc": [g["desc"] for g in data.groups.values()],
+        },
+        schema={"gid": pl.Int32, "name": pl.String, "ranks": pl.List(pl.Int32), "desc": pl.String},
+    )
     labels = [group_label(g["desc"], g["name"]) for g in data.groups.values()]
-    groups = groups.with_columns(label=pl.Series(labels, dtype=pl.String), size=pl.col("ranks").list.len().cast(pl.Int32))
+    groups = groups.with_columns(
+        label=pl.Series(labels, dtype=pl.String), size=pl.col("ranks").list.len().cast(pl.Int32)
+    )
     status = {r: dict(e) for r, e in data.ends.items()}
     for r in ranks:
         status.setdefault(r, {"n": n_of.get(r, 0), "status": "truncated", "error": None})
     truncated = data.truncated_at is not None or any(s["status"] == "truncated" for s in status.values())
-    trace = Trace(header=data.header, patterns=patterns, stream=stream, groups=groups, atoms=data.atoms,
-                  ranks=ranks, status=status, notes=notes, truncated=truncated)
+    trace = Trace(
+        header=data.header,
+        patterns=patterns,
+        stream=stream,
+        groups=groups,
+        atoms=data.atoms,
+        ranks=ranks,
+        status=status,
+        notes=notes,
+        truncated=truncated,
+    )
     if trace.missing_ranks:
         trace.notes.append(f"missing ranks (no events): {ranks_text(trace.missing_ranks)}")
     bad: dict[tuple, list[int]] = {}
@@ -178,8 +200,12 @@ def _frames(data: fmt.TraceData, ranks: list[int]) -> tuple[pl.DataFrame, pl.Dat
         p.stream["code"] = p.stream["code"].astype(np.int32, copy=False)
         p.stream["code"] += offset
     dtypes = fmt.DTYPES
-    pat = {name: np.concatenate([p.patterns[name] for p in per]).astype(dtypes[name], copy=False) if per
-           else np.zeros(0, dtypes[name]) for name in fmt.PATTERN_COLUMNS}
+    pat = {
+        name: np.concatenate([p.patterns[name] for p in per]).astype(dtypes[name], copy=False)
+        if per
+        else np.zeros(0, dtypes[name])
+        for name in fmt.PATTERN_COLUMNS
+    }
     rank_arr = np.array(ranks, dtype=np.int32)
     patterns = pl.DataFrame({"code": np.arange(int(k_at[-1]), dtype=np.int32), "rank": np.repeat(rank_arr, k), **pat})
     total = int(n.sum())

@@ -24,15 +24,21 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
-CASES = {"healthy": "no findings", "size": "shape_mismatch [2]", "op": "op_mismatch [1]",
-         "skip": "missing_collective [2]", "dead": "rank 3 died (float64), no dump: [3]",
-         "cycle": "4-rank cross-group wait cycle"}
+CASES = {
+    "healthy": "no findings",
+    "size": "shape_mismatch [2]",
+    "op": "op_mismatch [1]",
+    "skip": "missing_collective [2]",
+    "dead": "rank 3 died (float64), no dump: [3]",
+    "cycle": "4-rank cross-group wait cycle",
+}
 
 
 def fr_trace(folder: str) -> tuple[float, str]:
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", folder],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", folder], capture_output=True, text=True
+    )
     return time.perf_counter() - t, _fr_summary(p.returncode, p.stdout + p.stderr)
 
 
@@ -75,10 +81,13 @@ def _fr_copy(src: str, dst: str) -> str:
 def seeded(dumps: str, work: str) -> None:
     if not os.path.isdir(os.path.join(dumps, "healthy")):
         print(f"generating real gloo dumps in {dumps} ...", flush=True)
-        subprocess.run([sys.executable, os.path.join(REPO, "tests", "fr", "make_dumps.py"), dumps], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, os.path.join(REPO, "tests", "fr", "make_dumps.py"), dumps], check=True, capture_output=True
+        )
     print("\n(a) seeded bugs, 4 gloo ranks: what each tool reports")
-    print(f"| case | truth | fr_trace (repaired pickle) | analyzer (raw pickle) | analyzer (JSON) | analyzer (repaired) |")
+    print(
+        "| case | truth | fr_trace (repaired pickle) | analyzer (raw pickle) | analyzer (JSON) | analyzer (repaired) |"
+    )
     print("|---|---|---|---|---|---|")
     for case, truth in CASES.items():
         _, fr = fr_trace(_fr_copy(os.path.join(dumps, case, "repaired"), os.path.join(work, "fr_" + case)))

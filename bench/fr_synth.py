@@ -19,10 +19,12 @@ import time
 
 
 def _frames(k: int) -> list[dict]:
-    return [{"name": "all_reduce", "filename": "/opt/torch/distributed/distributed_c10d.py", "line": 3245},
-            {"name": "wrapper", "filename": "/opt/torch/distributed/c10d_logger.py", "line": 83},
-            {"name": "forward", "filename": "/home/u/train/model.py", "line": 40 + 10 * k},
-            {"name": "main", "filename": "/home/u/train/train.py", "line": 12}]
+    return [
+        {"name": "all_reduce", "filename": "/opt/torch/distributed/distributed_c10d.py", "line": 3245},
+        {"name": "wrapper", "filename": "/opt/torch/distributed/c10d_logger.py", "line": 83},
+        {"name": "forward", "filename": "/home/u/train/model.py", "line": 40 + 10 * k},
+        {"name": "main", "filename": "/home/u/train/train.py", "line": 12},
+    ]
 
 
 def groups(ranks: int, tp: int = 8) -> tuple[dict, dict[int, list[tuple[str, str, int]]]]:
@@ -33,8 +35,10 @@ def groups(ranks: int, tp: int = 8) -> tuple[dict, dict[int, list[tuple[str, str
         config[str(1 + t)] = {"name": str(1 + t), "desc": "mesh_tp", "ranks": str(list(range(t * tp, (t + 1) * tp)))}
     for d in range(tp):
         config[str(1 + dp + d)] = {"name": str(1 + dp + d), "desc": "mesh_dp", "ranks": str(list(range(d, ranks, tp)))}
-    mine = {r: [("0", "default_pg", 0), (str(1 + r // tp), "mesh_tp", 1), (str(1 + dp + r % tp), "mesh_dp", 2)]
-            for r in range(ranks)}
+    mine = {
+        r: [("0", "default_pg", 0), (str(1 + r // tp), "mesh_tp", 1), (str(1 + dp + r % tp), "mesh_dp", 2)]
+        for r in range(ranks)
+    }
     return config, mine
 
 
@@ -42,26 +46,52 @@ def dump(rank: int, ranks: int, entries: int, config: dict, mine: list, tp: int 
     dp = ranks // tp
     frames = [_frames(k) for k in range(4)]
     # (profiling name, group index into `mine`, input sizes, output sizes)
-    pattern = [("nccl:_all_gather_base", 2, [1024], [1024 * dp]), ("nccl:all_reduce", 1, [4, 512], [4, 512]),
-               ("nccl:all_reduce", 1, [4, 512], [4, 512]), ("nccl:_reduce_scatter_base", 2, [1024 * dp], [1024])]
+    pattern = [
+        ("nccl:_all_gather_base", 2, [1024], [1024 * dp]),
+        ("nccl:all_reduce", 1, [4, 512], [4, 512]),
+        ("nccl:all_reduce", 1, [4, 512], [4, 512]),
+        ("nccl:_reduce_scatter_base", 2, [1024 * dp], [1024]),
+    ]
     seqs = [0, 0, 0]
     out = []
     for i in range(entries):
         name, g, ins, outs = pattern[i % 4]
         pg_name, desc, pg_id = mine[g]
         seqs[g] += 1
-        out.append({
-            "frames": [frames[i % 4][j] for j in range(4)], "record_id": i, "pg_id": pg_id,
-            "process_group": (pg_name, desc), "thread_name": "pt_main_thread", "thread_id": "139",
-            "collective_seq_id": seqs[g], "p2p_seq_id": 0, "op_id": seqs[g], "profiling_name": name,
-            "time_created_ns": 1_700_000_000_000_000_000 + i * 1000, "input_sizes": [list(ins)],
-            "input_dtypes": ["BFloat16"], "output_sizes": [list(outs)], "output_dtypes": ["BFloat16"],
-            "state": "completed", "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
-            "retired": True, "timeout_ms": 600000, "is_p2p": False, "duration_ms": None})
-    status = {str(pg_id): {"last_enqueued_collective": s, "last_started_collective": s, "last_completed_collective": s}
-              for (_, _, pg_id), s in zip(mine, seqs)}
-    return pickle.dumps({"version": "2.10", "pg_config": config, "pg_status": status, "comm_lib_version": "2.26.6",
-                         "entries": out}, protocol=2)
+        out.append(
+            {
+                "frames": [frames[i % 4][j] for j in range(4)],
+                "record_id": i,
+                "pg_id": pg_id,
+                "process_group": (pg_name, desc),
+                "thread_name": "pt_main_thread",
+                "thread_id": "139",
+                "collective_seq_id": seqs[g],
+                "p2p_seq_id": 0,
+                "op_id": seqs[g],
+                "profiling_name": name,
+                "time_created_ns": 1_700_000_000_000_000_000 + i * 1000,
+                "input_sizes": [list(ins)],
+                "input_dtypes": ["BFloat16"],
+                "output_sizes": [list(outs)],
+                "output_dtypes": ["BFloat16"],
+                "state": "completed",
+                "time_discovered_started_ns": None,
+                "time_discovered_completed_ns": None,
+                "retired": True,
+                "timeout_ms": 600000,
+                "is_p2p": False,
+                "duration_ms": None,
+            }
+        )
+    status = {
+        str(pg_id): {"last_enqueued_collective": s, "last_started_collective": s, "last_completed_collective": s}
+        for (_, _, pg_id), s in zip(mine, seqs)
+    }
+    return pickle.dumps(
+        {"version": "2.10", "pg_config": config, "pg_status": status, "comm_lib_version": "2.26.6", "entries": out},
+        protocol=2,
+    )
 
 
 def generate(out_dir: str, ranks: int, entries: int) -> None:

@@ -43,5 +43,10 @@ def run(*cmd: str, env: dict | None = None) -> Run:
         err.seek(0)
         stderr = err.read()
     os.remove(err_path)
-    return Run(wall=wall, peak_gib=usage.ru_maxrss / 1024 / 1024, code=proc.returncode,
-               stdout=b"".join(chunks).decode(), stderr=stderr)
+    return Run(
+        wall=wall,
+        peak_gib=usage.ru_maxrss / 1024 / 1024,
+        code=proc.returncode,
+        stdout=b"".join(chunks).decode(),
+        stderr=stderr,
+    )

@@ -65,9 +65,20 @@ def streams(path: str, ranks: list[int]) -> dict[int, list[tuple]]:
     out = {}
     for rank in ranks:
         rows = t.events.filter(pl.col("rank") == rank).sort("idx").select(cols).iter_rows(named=True)
-        out[rank] = [tuple((k, members.get(v) if k == "group" else
-                            t.atom(v) if k in ("in_shapes", "out_shapes", "splits", "info") else v)
-                           for k, v in r.items()) for r in rows]
+        out[rank] = [
+            tuple(
+                (
+                    k,
+                    members.get(v)
+                    if k == "group"
+                    else t.atom(v)
+                    if k in ("in_shapes", "out_shapes", "splits", "info")
+                    else v,
+                )
+                for k, v in r.items()
+            )
+            for r in rows
+        ]
     return out
 
 
@@ -91,20 +102,28 @@ def full_and_sample(args, cfg, tmp: str) -> None:
     m = re.search(r"recorded (\d+) events on (\d+) ranks", p.stderr)
     events, n = int(m.group(1)), int(m.group(2))
     ok = "meets" if wall <= TARGET_S else "MISSES"
-    print(f"goal 1, record all ranks: {n} ranks, {events:,} events in {wall:.1f} s wall "
-          f"(target <= {TARGET_S:.0f} s: {ok}), {n / wall:.2f} ranks/s, executor {args.executor}, compute {used}")
-    print(f"  {wall * (os.cpu_count() or 1) / n:.2f} core-s per rank, fork server start, merge and CLI included; "
-          f"load average after: {load_avg()}")
+    print(
+        f"goal 1, record all ranks: {n} ranks, {events:,} events in {wall:.1f} s wall "
+        f"(target <= {TARGET_S:.0f} s: {ok}), {n / wall:.2f} ranks/s, executor {args.executor}, compute {used}"
+    )
+    print(
+        f"  {wall * (os.cpu_count() or 1) / n:.2f} core-s per rank, fork server start, merge and CLI included; "
+        f"load average after: {load_avg()}"
+    )
     sample = [int(x) for x in args.sample.split(",")] if args.sample else sample_ranks(cfg)
     spec = ",".join(map(str, sample))
     part = os.path.join(tmp, "sample.trace")
     _, swall = tracer("record", args.config, "--ranks", spec, "--compute", other, "-o", part)
     a, b = streams(out, sample), streams(part, sample)
     same = [r for r in sample if a[r] == b[r]]
-    verdict = "same comm pattern" if len(same) == len(sample) else f"DIFFERENT on ranks {sorted(set(sample) - set(same))}"
-    print(f"same comm pattern, {used} vs {other} compute: ranks {spec} ({len(sample)} ranks, "
-          f"{sum(len(a[r]) for r in sample):,} events, every column but ts): {verdict}; "
-          f"{other} compute took {swall:.1f} s for them")
+    verdict = (
+        "same comm pattern" if len(same) == len(sample) else f"DIFFERENT on ranks {sorted(set(sample) - set(same))}"
+    )
+    print(
+        f"same comm pattern, {used} vs {other} compute: ranks {spec} ({len(sample)} ranks, "
+        f"{sum(len(a[r]) for r in sample):,} events, every column but ts): {verdict}; "
+        f"{other} compute took {swall:.1f} s for them"
+    )
 
 
 def child(kind: str, config: str, rank: int) -> None:
@@ -136,8 +155,14 @@ def child(kind: str, config: str, rank: int) -> None:
         start = time.process_time()
         program.run()
     else:
-        job = Job(program=program, mode="fake", world_size=cfg.world_size, ranks=[rank],
-                  parts_dir=tempfile.mkdtemp(), compute=kind)
+        job = Job(
+            program=program,
+            mode="fake",
+            world_size=cfg.world_size,
+            ranks=[rank],
+            parts_dir=tempfile.mkdtemp(),
+            compute=kind,
+        )
         start = time.process_time()
         assert run_job(job) == 0
     cpu = time.process_time() - start
@@ -148,8 +173,11 @@ def cost(kind: str, config: str, rank: int, repeats: int) -> tuple[float, float]
     """(median CPU s, peak RSS MiB) of one rank, each run a fresh process."""
     runs, rss = [], 0.0
     for _ in range(repeats):
-        p = subprocess.run([sys.executable, __file__, "--child", kind, "--config", config, "--rank", str(rank)],
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            [sys.executable, __file__, "--child", kind, "--config", config, "--rank", str(rank)],
+            capture_output=True,
+            text=True,
+        )
         if p.returncode != 0:
             sys.exit(f"per-rank cost ({kind}) failed:\n{p.stderr[-2000:]}")
         cpu, mib = p.stdout.strip().splitlines()[-1].split()
@@ -162,15 +190,21 @@ def per_rank_costs(args) -> None:
     rank = 100
     (u, _), (r, rss), (f, frss) = (cost(k, args.config, rank, 3) for k in ("untraced", "real", "fake"))
     workers = os.cpu_count() or 1
-    print(f"per-rank cost, rank {rank} of {os.path.basename(args.config)}, CPU s (median of 3, one thread): "
-          f"untraced {u:.2f} (anchor), recorded real compute {r:.2f} ({100 * (r / u - 1):+.0f} % vs untraced), "
-          f"recorded fake compute {f:.2f}")
+    print(
+        f"per-rank cost, rank {rank} of {os.path.basename(args.config)}, CPU s (median of 3, one thread): "
+        f"untraced {u:.2f} (anchor), recorded real compute {r:.2f} ({100 * (r / u - 1):+.0f} % vs untraced), "
+        f"recorded fake compute {f:.2f}"
+    )
     peak = max(rss, frss)
-    print(f"  peak RSS of a rank process {peak:.0f} MiB (torch included; forked ranks share it with the server), "
-          f"x{workers} at a time = {peak * workers / 1024:.2f} GiB (budget {TARGET_GIB:.0f} GiB)")
+    print(
+        f"  peak RSS of a rank process {peak:.0f} MiB (torch included; forked ranks share it with the server), "
+        f"x{workers} at a time = {peak * workers / 1024:.2f} GiB (budget {TARGET_GIB:.0f} GiB)"
+    )
     (dr, _), (df, _) = (cost(k, DEBUG, 0, 1) for k in ("real", "fake"))
-    print(f"per-rank cost at TorchTitan debug model sizes (rank 0 of {os.path.basename(DEBUG)}): "
-          f"real compute {dr:.1f} s, fake compute {df:.1f} s ({dr / df:.1f}x faster)")
+    print(
+        f"per-rank cost at TorchTitan debug model sizes (rank 0 of {os.path.basename(DEBUG)}): "
+        f"real compute {dr:.1f} s, fake compute {df:.1f} s ({dr / df:.1f}x faster)"
+    )
 
 
 def main() -> None:

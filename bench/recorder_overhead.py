@@ -27,16 +27,14 @@ EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "fsdp_tp.py")
 def child(kind: str, world: int, args: list[str]) -> None:
     # both kinds import the same modules before the clock starts (recording processes are
     # forked from a server that has them loaded)
+    import torch
     import torch.distributed as dist
     import torch.distributed.fsdp  # noqa: F401
     import torch.distributed.tensor.parallel  # noqa: F401
 
     import tracer.capture.patches  # noqa: F401
-
     from tracer.modes.run import torchrun_env
     from tracer.program import Program
-
-    import torch
 
     torch.set_flush_denormal(True)  # as the recorder does: garbage denormals would swamp the ratio
     os.environ.update(torchrun_env(0, world))
@@ -74,8 +72,13 @@ def child(kind: str, world: int, args: list[str]) -> None:
 def measure(kind: str, world: int, args: list[str]) -> float:
     # one intra-op thread: on a 2-core machine a second torch thread makes timings swing by 20 %
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, __file__, "--child", kind, "--world", str(world), "--", *args],
-                         capture_output=True, text=True, check=True, env=env)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--world", str(world), "--", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -104,8 +107,10 @@ def main() -> None:
     print(f"{'untraced':<10}{p:>14.3f}   {' '.join(f'{x:.3f}' for x in plain)}")
     print(f"{'recorded':<10}{t:>14.3f}   {' '.join(f'{x:.3f}' for x in traced)}")
     print(f"{'torch fake':<10}{f:>14.3f}   {' '.join(f'{x:.3f}' for x in torchfake)}")
-    print(f"recorder overhead: {100 * (t / p - 1):+.1f} % vs the untraced run (goal <= 5 %); "
-          f"{100 * (t / f - 1):+.1f} % vs torch's fake backend")
+    print(
+        f"recorder overhead: {100 * (t / p - 1):+.1f} % vs the untraced run (goal <= 5 %); "
+        f"{100 * (t / f - 1):+.1f} % vs torch's fake backend"
+    )
 
 
 if __name__ == "__main__":

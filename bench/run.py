@@ -45,8 +45,12 @@ def recording(work: str, quick: bool) -> None:
         return
     size = os.path.getsize(out)
     events = _events(out)
-    row(f"record {n_ranks} ranks of pp4 x dp16 x tp4 (all ranks: 256)", f"{r.wall:.1f} s, {events:,} events",
-        "<= 180 s", "" if not quick else "(quick: 32 ranks)")
+    row(
+        f"record {n_ranks} ranks of pp4 x dp16 x tp4 (all ranks: 256)",
+        f"{r.wall:.1f} s, {events:,} events",
+        "<= 180 s",
+        "" if not quick else "(quick: 32 ranks)",
+    )
     row("size of that recording", f"{size / events:.1f} B/event ({size / 1e6:.1f} MB)", "<= 16 B/event")
     import recorder_overhead
 
@@ -55,8 +59,12 @@ def recording(work: str, quick: bool) -> None:
         plain.append(recorder_overhead.measure("plain", 4, _overhead_args()))
         traced.append(recorder_overhead.measure("traced", 4, _overhead_args()))
     p, t = statistics.median(plain), statistics.median(traced)
-    row("recorder overhead (examples/fsdp_tp.py, CPU s, median of 7)", f"{100 * (t / p - 1):+.1f} %",
-        "<= +5 %", f"anchor: untraced {p:.3f} s, recorded {t:.3f} s")
+    row(
+        "recorder overhead (examples/fsdp_tp.py, CPU s, median of 7)",
+        f"{100 * (t / p - 1):+.1f} %",
+        "<= +5 %",
+        f"anchor: untraced {p:.3f} s, recorded {t:.3f} s",
+    )
 
 
 def _overhead_args() -> list[str]:
@@ -75,22 +83,39 @@ def analysis(work: str, quick: bool) -> None:
     checked = os.path.join(work, "check.trace")
     generate(checked, ranks, events, skip=17, dtype_fault=99, verbose=False)
     size = os.path.getsize(checked)
-    row(f"size, synthetic FSDP x TP trace ({n / 1e6:.0f} M events)", f"{size / n:.1f} B/event ({size / 1e6:.0f} MB)",
-        "<= 16 B/event")
+    row(
+        f"size, synthetic FSDP x TP trace ({n / 1e6:.0f} M events)",
+        f"{size / n:.1f} B/event ({size / 1e6:.0f} MB)",
+        "<= 16 B/event",
+    )
     r = run("analyzer", "check", checked, "--json")
-    found = sorted((f["kind"], tuple(f["culprit_ranks"])) for f in json.loads(r.stdout or '{"findings": []}')["findings"])
+    found = sorted(
+        (f["kind"], tuple(f["culprit_ranks"])) for f in json.loads(r.stdout or '{"findings": []}')["findings"]
+    )
     ok = found == [("dtype_mismatch", (99,)), ("missing_collective", (17,))]
-    row(f"analyzer check, {ranks:,} ranks x {events:,} events", f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
-        "<= 45 s, <= 12 GiB", "both seeded faults found, nothing else" if ok else f"FOUND {found}")
+    row(
+        f"analyzer check, {ranks:,} ranks x {events:,} events",
+        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
+        "<= 45 s, <= 12 GiB",
+        "both seeded faults found, nothing else" if ok else f"FOUND {found}",
+    )
     r = run("analyzer", "hang", checked, "--json")
-    row(f"analyzer hang (dry run, the skip leaves ranks waiting), {n / 1e6:.0f} M events",
-        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB", "<= 45 s, <= 12 GiB", _roots(r))
+    row(
+        f"analyzer hang (dry run, the skip leaves ranks waiting), {n / 1e6:.0f} M events",
+        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
+        "<= 45 s, <= 12 GiB",
+        _roots(r),
+    )
     os.remove(checked)
     hung = os.path.join(work, "hang.trace")
     generate(hung, ranks, events, hang=17, verbose=False)
     r = run("analyzer", "hang", hung, "--json")
-    row(f"analyzer hang (post-mortem: rank 17 died), {n / 1e6:.0f} M events", f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
-        "<= 45 s, <= 12 GiB", _roots(r))
+    row(
+        f"analyzer hang (post-mortem: rank 17 died), {n / 1e6:.0f} M events",
+        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
+        "<= 45 s, <= 12 GiB",
+        _roots(r),
+    )
     os.remove(hung)
     a, b = os.path.join(work, "a.trace"), os.path.join(work, "b.trace")
     d_ranks, d_events = (4096, 250) if quick else (4096, 5000)
@@ -98,17 +123,23 @@ def analysis(work: str, quick: bool) -> None:
     generate(b, d_ranks, d_events, dtype_fault=99, verbose=False)
     r = run("analyzer", "diff", a, b, "--json")
     divs = json.loads(r.stdout)["divergences"] if r.stdout else []
-    row(f"analyzer diff of two {d_ranks:,}-rank traces ({d_ranks * d_events / 1e6:.0f} M events each)",
-        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB", "<= 30 s",
-        "the seeded change: " + "; ".join(f"ranks {d['ranks']} at position {d['position_a']}" for d in divs[:2]))
+    row(
+        f"analyzer diff of two {d_ranks:,}-rank traces ({d_ranks * d_events / 1e6:.0f} M events each)",
+        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
+        "<= 30 s",
+        "the seeded change: " + "; ".join(f"ranks {d['ranks']} at position {d['position_a']}" for d in divs[:2]),
+    )
 
 
 def _roots(r) -> str:
     if not r.stdout:
         return f"error: {r.stderr.strip()[-100:]}"
     out = json.loads(r.stdout)
-    return "roots: " + "; ".join(f"{f['kind']} {f['culprit_ranks']}" for f in out["findings"][:2]) + \
-        f"; {len(out['stuck_ranks'])} stuck ranks"
+    return (
+        "roots: "
+        + "; ".join(f"{f['kind']} {f['culprit_ranks']}" for f in out["findings"][:2])
+        + f"; {len(out['stuck_ranks'])} stuck ranks"
+    )
 
 
 def startup() -> None:
@@ -125,8 +156,12 @@ def flight_recorder(work: str, quick: bool) -> None:
     fr_generate(folder, n, 2000)
     t_fr, _ = fr_compare.fr_trace(folder)
     t_us, ours = fr_compare.analyzer_check(folder)
-    row(f"analyzer check on {n} FR dumps x 2,000 entries", f"{t_us:.2f} s ({t_fr / t_us:.1f}x faster)", "-",
-        f"anchor: torch fr_trace {t_fr:.1f} s; analyzer: {ours}")
+    row(
+        f"analyzer check on {n} FR dumps x 2,000 entries",
+        f"{t_us:.2f} s ({t_fr / t_us:.1f}x faster)",
+        "-",
+        f"anchor: torch fr_trace {t_fr:.1f} s; analyzer: {ours}",
+    )
 
 
 def ray_executor(work: str) -> None:
@@ -137,10 +172,16 @@ def ray_executor(work: str) -> None:
         return
     prog = os.path.join(REPO, "tests", "programs", "collectives.py")
     local = run("tracer", "record", "--script", prog, "-n", "8", "-o", os.path.join(work, "l.trace"))
-    ray_run = run("tracer", "record", "--script", prog, "-n", "8", "--executor", "ray", "-o", os.path.join(work, "r.trace"))
+    ray_run = run(
+        "tracer", "record", "--script", prog, "-n", "8", "--executor", "ray", "-o", os.path.join(work, "r.trace")
+    )
     same = run("analyzer", "diff", os.path.join(work, "l.trace"), os.path.join(work, "r.trace")).code == 0
-    row("tracer record --executor ray, 8 ranks (local 2-CPU Ray cluster)", f"{ray_run.wall:.1f} s",
-        "-", f"anchor: local pool {local.wall:.1f} s; traces {'equal' if same else 'DIFFER'}")
+    row(
+        "tracer record --executor ray, 8 ranks (local 2-CPU Ray cluster)",
+        f"{ray_run.wall:.1f} s",
+        "-",
+        f"anchor: local pool {local.wall:.1f} s; traces {'equal' if same else 'DIFFER'}",
+    )
 
 
 def main() -> None:
@@ -151,15 +192,23 @@ def main() -> None:
     skip = set(filter(None, a.skip.split(",")))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (timings are wall clock)", flush=True)
     with tempfile.TemporaryDirectory(prefix="commtrace-bench-") as work:
-        steps = [("record", lambda: recording(work, a.quick)), ("analysis", lambda: analysis(work, a.quick)),
-                 ("startup", startup), ("fr", lambda: flight_recorder(work, a.quick)), ("ray", lambda: ray_executor(work))]
+        steps = [
+            ("record", lambda: recording(work, a.quick)),
+            ("analysis", lambda: analysis(work, a.quick)),
+            ("startup", startup),
+            ("fr", lambda: flight_recorder(work, a.quick)),
+            ("ray", lambda: ray_executor(work)),
+        ]
         for name, step in steps:
             if name not in skip:
                 step()
     goldens = sorted(glob.glob(os.path.join(REPO, "traces", "*.trace")))
     sizes = [os.path.getsize(p) / max(1, _events(p)) for p in goldens]
-    row("size of the golden traces (2 steps each: headers and atoms dominate)",
-        f"{min(sizes):.0f}-{max(sizes):.0f} B/event", "-")
+    row(
+        "size of the golden traces (2 steps each: headers and atoms dominate)",
+        f"{min(sizes):.0f}-{max(sizes):.0f} B/event",
+        "-",
+    )
     print("\n| goal | measured | target | anchor / check |\n|---|---|---|---|")
     for goal, figure, target, note in ROWS:
         print(f"| {goal} | {figure} | {target} | {note} |")

@@ -18,14 +18,27 @@ import numpy as np
 from traceformat import format as fmt
 
 
-def generate(path: str, ranks: int = 4096, events: int = 5000, tp: int = 8, skip: int | None = None,
-             dtype_fault: int | None = None, hang: int | None = None, verbose: bool = True) -> None:
+def generate(
+    path: str,
+    ranks: int = 4096,
+    events: int = 5000,
+    tp: int = 8,
+    skip: int | None = None,
+    dtype_fault: int | None = None,
+    hang: int | None = None,
+    verbose: bool = True,
+) -> None:
     """With `hang`, a post-mortem trace (like Flight Recorder dumps of a hung job): every stream
     ends where its rank was stuck: rank `hang` died just before its all-gather at 90 % of the run,
     the other members of its dp group entered that all-gather, everyone else finished it."""
     dp = ranks // tp
-    header = fmt.make_header(world_size=ranks, ranks=list(range(ranks)), mode="post-mortem" if hang is not None else "fake",
-                             config={"program": f"synthetic fsdp x tp, {dp} x {tp}"}, torch_version="synthetic")
+    header = fmt.make_header(
+        world_size=ranks,
+        ranks=list(range(ranks)),
+        mode="post-mortem" if hang is not None else "fake",
+        config={"program": f"synthetic fsdp x tp, {dp} x {tp}"},
+        torch_version="synthetic",
+    )
     w = fmt.TraceWriter(path, header)
     try:
         _write(w, ranks, events, tp, dp, skip, dtype_fault, hang, verbose)
@@ -40,8 +53,9 @@ def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, 
     for d in range(tp):  # dp groups: strided ranks
         w.group(1 + dp + d, str(1 + dp + d), list(range(d, ranks, tp)), "mesh_dp")
     a = w.atom
-    ops = np.array([a("all_gather_into_tensor"), a("all_reduce"), a("all_reduce"), a("reduce_scatter_tensor")],
-                   dtype=np.int32)
+    ops = np.array(
+        [a("all_gather_into_tensor"), a("all_reduce"), a("all_reduce"), a("reduce_scatter_tensor")], dtype=np.int32
+    )
     n_layers = 8
     frames = np.array([a(f"model.py:{40 + 10 * k} in forward") for k in range(4)], dtype=np.int32)
     modules = np.array([a(f"layers.{layer}") for layer in range(n_layers)], dtype=np.int32)

@@ -45,28 +45,38 @@ class Page:
 
     def evaluate(self, expression: str):
         """The JSON value of a JavaScript expression evaluated in the page."""
-        res = self.browser.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
-                                self.session)
+        res = self.browser.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, self.session)
         if "exceptionDetails" in res:
             raise RuntimeError(f"{expression}: {res['exceptionDetails'].get('text')}")
         return res["result"].get("value")
 
-    def screenshot(self, path: str, width: int = 1280, max_height: int | None = None,
-                   until: str | None = None) -> tuple[int, int]:
+    def screenshot(
+        self, path: str, width: int = 1280, max_height: int | None = None, until: str | None = None
+    ) -> tuple[int, int]:
         """A PNG of the page at `width` CSS pixels: all of it, or down to the bottom of the element
         matching the CSS selector `until`, at most max_height pixels; returns its size."""
-        self.browser.call("Emulation.setDeviceMetricsOverride",
-                          {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": False}, self.session)
+        self.browser.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": False},
+            self.session,
+        )
         height = int(self.evaluate("document.documentElement.scrollHeight"))
         if until:
-            bottom = self.evaluate(f"document.querySelector({json.dumps(until)}).getBoundingClientRect().bottom"
-                                   " + window.scrollY")
+            bottom = self.evaluate(
+                f"document.querySelector({json.dumps(until)}).getBoundingClientRect().bottom + window.scrollY"
+            )
             height = min(height, int(bottom) + 24)
         if max_height:
             height = min(height, max_height)
-        res = self.browser.call("Page.captureScreenshot", {
-            "format": "png", "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}}, self.session)
+        res = self.browser.call(
+            "Page.captureScreenshot",
+            {
+                "format": "png",
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+            },
+            self.session,
+        )
         with open(path, "wb") as f:
             f.write(base64.b64decode(res["data"]))
         return width, height
@@ -95,11 +105,24 @@ class Chromium:
             os.dup2(b, 4)
 
         self._proc = subprocess.Popen(
-            [self.binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-extensions",
-             "--no-first-run", "--no-default-browser-check", "--remote-debugging-pipe",
-             f"--user-data-dir={self._profile}", "about:blank"],
-            preexec_fn=wire_fds, close_fds=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+            [
+                self.binary,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-extensions",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={self._profile}",
+                "about:blank",
+            ],
+            preexec_fn=wire_fds,
+            close_fds=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_child)
         os.close(from_child)
         return self
@@ -168,8 +191,7 @@ class Chromium:
             self._wait_for(lambda m: False, timeout=settle)  # late errors (deferred work, timers)
         except TimeoutError:
             pass
-        page.errors.extend(_error_text(m) for m in self._pending if m.get("sessionId") == session
-                           and _error_text(m))
+        page.errors.extend(_error_text(m) for m in self._pending if m.get("sessionId") == session and _error_text(m))
         self._pending.clear()
         return page
 

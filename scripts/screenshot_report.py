@@ -69,13 +69,21 @@ def seed(golden, out: str) -> None:
     label = dict(golden.groups.select("gid", "label").iter_rows())
     blocking = [i for i, e in enumerate(mine) if e["step"] == 1 and e["phase"] == "backward" and not e["async_op"]]
     syncs = [i for i in blocking if mine[i]["op"] == "all_reduce" and label.get(mine[i]["group"]) == "dp_replicate"]
-    scatter = [i for i in blocking if mine[i]["op"] == "reduce_scatter_tensor"
-               and label.get(mine[i]["group"]) == "dp_shard" and i < syncs[-2]][-1]
+    scatter = [
+        i
+        for i in blocking
+        if mine[i]["op"] == "reduce_scatter_tensor" and label.get(mine[i]["group"]) == "dp_shard" and i < syncs[-2]
+    ][-1]
     events = {r: rank_events(golden, r) for r in golden.ranks}
     events[RANK] = move_before(mine, syncs[-1], scatter)
     h = golden.header
-    header = make_header(world_size=h["world_size"], ranks=golden.ranks, mode=h["mode"], config=h.get("config"),
-                         torch_version=h.get("torch") or "")
+    header = make_header(
+        world_size=h["world_size"],
+        ranks=golden.ranks,
+        mode=h["mode"],
+        config=h.get("config"),
+        torch_version=h.get("torch") or "",
+    )
     groups = [dict(g, ranks=list(g["ranks"])) for g in golden.groups.select("gid", "name", "ranks", "desc").to_dicts()]
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_all(out, header, events, groups)
@@ -96,8 +104,11 @@ def main() -> None:
 
     seed(load(GOLDEN), SEEDED)
     # the real command, as a user runs it
-    report = subprocess.run([sys.executable, "-m", "analyzer.cli", "report", SEEDED, "--diff", GOLDEN,
-                             "-o", args.html], capture_output=True, text=True)
+    report = subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "report", SEEDED, "--diff", GOLDEN, "-o", args.html],
+        capture_output=True,
+        text=True,
+    )
     if report.returncode != 0:
         sys.exit(f"analyzer report failed: {report.stderr.strip()}")
     with Chromium() as browser:
@@ -105,7 +116,9 @@ def main() -> None:
         if page.errors:
             sys.exit(f"the report has errors in Chromium: {page.errors}")
         width, height = page.screenshot(args.output, width=1280, until=args.until, max_height=4000)
-    print(f"{report.stdout.strip()}\nwrote {args.output} ({width}x{height}, {os.path.getsize(args.output) // 1024} KiB)")
+    print(
+        f"{report.stdout.strip()}\nwrote {args.output} ({width}x{height}, {os.path.getsize(args.output) // 1024} KiB)"
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,14 @@ def recorded(tmp_path_factory):
         key = (name, world_size, mode, tuple(args), tuple(ranks or ()))
         if key not in cache:
             out = str(root / f"{name}-{world_size}-{mode}-{abs(hash(key))}.trace")
-            res = record(Program(script=program(name), args=list(args)), world_size=world_size, out=out,
-                         mode=mode, ranks=ranks, progress=False)
+            res = record(
+                Program(script=program(name), args=list(args)),
+                world_size=world_size,
+                out=out,
+                mode=mode,
+                ranks=ranks,
+                progress=False,
+            )
             cache[key] = (out, res)
         return cache[key]
 
@@ -53,8 +59,9 @@ def workload(tmp_path_factory):
         if (name, mode) not in cache:
             cfg = config.load(os.path.join(REPO, "examples", name + ".toml"))
             out = str(root / f"{name}-{mode}.trace")
-            res = record(config.program(cfg), world_size=cfg.world_size, out=out, mode=mode,
-                         config=cfg.to_dict(), progress=False)
+            res = record(
+                config.program(cfg), world_size=cfg.world_size, out=out, mode=mode, config=cfg.to_dict(), progress=False
+            )
             assert res.errors == {}, res.errors
             cache[name, mode] = (load(out), res)
         return cache[name, mode]
@@ -64,9 +71,12 @@ def workload(tmp_path_factory):
 
 def stream(trace, rank: int, ops=None) -> list[dict]:
     """Rank's events in program order with atoms decoded and group as (label, ranks)."""
-    ev = (trace.events.filter(pl.col("rank") == rank).sort("idx")
-          .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
-          .sort("idx"))
+    ev = (
+        trace.events.filter(pl.col("rank") == rank)
+        .sort("idx")
+        .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
+        .sort("idx")
+    )
     out = []
     for r in ev.iter_rows(named=True):
         if ops is not None and r["op"] not in ops:
@@ -81,5 +91,14 @@ def stream(trace, rank: int, ops=None) -> list[dict]:
 
 def sig(e: dict) -> tuple:
     """The facts a comm pattern test pins: op, group, seq, peer, dtype, shapes, reduce op, async."""
-    return (e["op"], e["group"][0] if e["group"] else None, e["seq"], e["peer"], e["dtype"],
-            e["in_shapes"], e["out_shapes"], e["reduce_op"], e["async_op"])
+    return (
+        e["op"],
+        e["group"][0] if e["group"] else None,
+        e["seq"],
+        e["peer"],
+        e["dtype"],
+        e["in_shapes"],
+        e["out_shapes"],
+        e["reduce_op"],
+        e["async_op"],
+    )

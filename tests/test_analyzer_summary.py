@@ -5,9 +5,10 @@ import os
 import subprocess
 import sys
 
+from conftest import BIN, REPO
+
 from analyzer.load import load
 from analyzer.summary import summarize
-from conftest import BIN, REPO
 
 
 def test_summary_groups_ranks_into_classes(recorded):
@@ -25,14 +26,20 @@ def test_summary_fsdp_counts(recorded):
     assert s.classes.height == 1
     rows = {(r["group"], r["op"]): (r["calls"], r["bytes"]) for r in s.table.iter_rows(named=True)}
     # 2 steps x 6 all-gathers (272 floats out) and 2 x 3 reduce-scatters (272 floats in)
-    assert rows == {("world", "all_gather_into_tensor"): (12, 12 * 272 * 4),
-                    ("world", "reduce_scatter_tensor"): (6, 6 * 272 * 4)}
+    assert rows == {
+        ("world", "all_gather_into_tensor"): (12, 12 * 272 * 4),
+        ("world", "reduce_scatter_tensor"): (6, 6 * 272 * 4),
+    }
 
 
 def test_summary_cli_table_and_json(recorded):
     path, _ = recorded("groups", 8, "fake")
-    p = subprocess.run([os.path.join(BIN, "analyzer"), "summary", path], capture_output=True, text=True,
-                       env=dict(os.environ, COLUMNS="160"))
+    p = subprocess.run(
+        [os.path.join(BIN, "analyzer"), "summary", path],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, COLUMNS="160"),
+    )
     assert p.returncode == 0, p.stderr
     assert "halves" in p.stdout and "tp" in p.stdout and "all_reduce" in p.stdout
     p = subprocess.run([os.path.join(BIN, "analyzer"), "summary", path, "--json"], capture_output=True, text=True)
@@ -51,6 +58,8 @@ def test_summary_bad_input_is_one_line(tmp_path):
 
 
 def test_analyzer_never_imports_torch():
-    code = ("import sys, analyzer.cli, analyzer.load, analyzer.summary, analyzer.render.console, "
-            "analyzer.render.json, traceformat.format; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, analyzer.cli, analyzer.load, analyzer.summary, analyzer.render.console, "
+        "analyzer.render.json, traceformat.format; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

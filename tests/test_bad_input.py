@@ -6,14 +6,15 @@ import subprocess
 import time
 
 import pytest
+from conftest import BIN, program, stream
 
 from analyzer.load import LoadError, load
-from conftest import BIN, program, stream
 
 
 def run(*args, cwd=None, timeout=120):
-    return subprocess.run([os.path.join(BIN, args[0]), *args[1:]], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [os.path.join(BIN, args[0]), *args[1:]], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 def one_line_error(proc) -> str:
@@ -28,12 +29,15 @@ def test_missing_script(tmp_path):
     assert p.returncode == 2 and "script not found" in one_line_error(p)
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["-n", "0"], "--world-size must be at least 1"),
-    (["-n", "4", "--ranks", "2-9"], "outside 0..3"),
-    (["-n", "4", "--ranks", "x"], "--ranks"),
-    (["-n", "4", "--mode", "mpi"], "--mode"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["-n", "0"], "--world-size must be at least 1"),
+        (["-n", "4", "--ranks", "2-9"], "outside 0..3"),
+        (["-n", "4", "--ranks", "x"], "--ranks"),
+        (["-n", "4", "--mode", "mpi"], "--mode"),
+    ],
+)
 def test_bad_options(tmp_path, args, msg):
     p = run("tracer", "record", "--script", program("rank_branch"), *args, cwd=tmp_path)
     assert p.returncode == 2 and msg in one_line_error(p)
@@ -59,8 +63,7 @@ def test_rank_that_raises_keeps_everyones_events(tmp_path):
 
 
 def test_timeout_kills_a_hung_rank_and_keeps_its_events(tmp_path):
-    p = run("tracer", "record", "--script", program("hang"), "-n", "2", "-o", "h.trace", "--timeout", "5",
-            cwd=tmp_path)
+    p = run("tracer", "record", "--script", program("hang"), "-n", "2", "-o", "h.trace", "--timeout", "5", cwd=tmp_path)
     assert p.returncode == 2 and "timed out after 5 s" in one_line_error(p)
     t = load(tmp_path / "h.trace")
     assert t.truncated
@@ -69,9 +72,13 @@ def test_timeout_kills_a_hung_rank_and_keeps_its_events(tmp_path):
 
 
 def test_sigkill_leaves_a_loadable_recording(tmp_path):
-    proc = subprocess.Popen([os.path.join(BIN, "tracer"), "record", "--script", program("hang"), "-n", "2",
-                             "-o", "k.trace"], cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [os.path.join(BIN, "tracer"), "record", "--script", program("hang"), "-n", "2", "-o", "k.trace"],
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     parts = tmp_path / "k.trace.parts"
     deadline = time.time() + 60
     try:

@@ -6,23 +6,23 @@ import os
 import subprocess
 
 import pytest
+from conftest import BIN
 
 from analyzer.checks import run_checks
 from analyzer.load import load
-from conftest import BIN
 
 # program, world size, kind, culprit ranks, seq (None: not applicable)
 SEEDED = [
-    ("rank_branch", 4, "missing_collective", [1], 1),       # rank-dependent extra collective
-    ("bug_uneven_shard", 4, "shape_mismatch", [3], 1),      # last rank's shard one element short
-    ("bug_dtype", 4, "dtype_mismatch", [2], 1),             # one rank in float64
-    ("bug_reduce_op", 4, "reduce_op_mismatch", [3], 0),     # MAX instead of SUM
-    ("bug_root", 4, "root_mismatch", [1], 0),               # wrong broadcast root
-    ("bug_a2a_splits", 4, "split_mismatch", [2], 0),        # a2a splits that disagree
+    ("rank_branch", 4, "missing_collective", [1], 1),  # rank-dependent extra collective
+    ("bug_uneven_shard", 4, "shape_mismatch", [3], 1),  # last rank's shard one element short
+    ("bug_dtype", 4, "dtype_mismatch", [2], 1),  # one rank in float64
+    ("bug_reduce_op", 4, "reduce_op_mismatch", [3], 0),  # MAX instead of SUM
+    ("bug_root", 4, "root_mismatch", [1], 0),  # wrong broadcast root
+    ("bug_a2a_splits", 4, "split_mismatch", [2], 0),  # a2a splits that disagree
     ("bug_subgroup_skip", 8, "missing_collective", [5], 1),  # skip in a subgroup of a 2-D mesh
-    ("bug_p2p_shape", 2, "p2p_mismatch", [0, 1], 0),        # send/recv of other shapes
-    ("bug_recv_never_sent", 4, "unmatched_p2p", [3], 0),    # a recv never sent
-    ("bug_group_order", 8, "group_mismatch", [5], None),    # subgroups created in another order
+    ("bug_p2p_shape", 2, "p2p_mismatch", [0, 1], 0),  # send/recv of other shapes
+    ("bug_recv_never_sent", 4, "unmatched_p2p", [3], 0),  # a recv never sent
+    ("bug_group_order", 8, "group_mismatch", [5], None),  # subgroups created in another order
 ]
 
 
@@ -54,8 +54,16 @@ def test_rank_that_stops_is_one_finding_per_group(recorded):
     assert "ValueError: bad batch on rank 2" in found[0].message
 
 
-HEALTHY = [("collectives", 4), ("fsdp", 4), ("tp", 4), ("dtensor", 4), ("groups", 8), ("a2a_splits", 4),
-           ("p2p", 4), ("reduce", 4)]
+HEALTHY = [
+    ("collectives", 4),
+    ("fsdp", 4),
+    ("tp", 4),
+    ("dtensor", 4),
+    ("groups", 8),
+    ("a2a_splits", 4),
+    ("p2p", 4),
+    ("reduce", 4),
+]
 
 
 @pytest.mark.parametrize("mode", ["fake", "local"])
@@ -88,8 +96,12 @@ def test_cli_exit_codes_and_json(recorded, tmp_path):
     assert [f["kind"] for f in out["findings"]] == ["dtype_mismatch"] and out["findings"][0]["culprit_ranks"] == [2]
     p = subprocess.run([os.path.join(BIN, "analyzer"), "check", good], capture_output=True, text=True)
     assert p.returncode == 0 and "no findings" in p.stdout
-    p = subprocess.run([os.path.join(BIN, "analyzer"), "check", bad], capture_output=True, text=True,
-                       env=dict(os.environ, COLUMNS="200"))
+    p = subprocess.run(
+        [os.path.join(BIN, "analyzer"), "check", bad],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+    )
     assert p.returncode == 1 and "dtype_mismatch" in p.stdout and "bug_dtype.py:7" in p.stdout
     junk = tmp_path / "junk.trace"
     junk.write_bytes(b"\x93\x01\x02")
@@ -106,8 +118,13 @@ def test_missing_rank_is_noted_and_the_rest_checked(recorded, tmp_path):
     path, _ = recorded("bug_dtype", 4, "fake")
     data = trace_reader.read_trace(path)
     for rank in (0, 1, 2):  # rank 3's part is lost
-        part = fmt.TraceData(header=dict(data.header, ranks=[rank], part=True), atoms=data.atoms,
-                             groups=data.groups, columns={rank: data.columns[rank]}, ends={rank: data.ends[rank]})
+        part = fmt.TraceData(
+            header=dict(data.header, ranks=[rank], part=True),
+            atoms=data.atoms,
+            groups=data.groups,
+            columns={rank: data.columns[rank]},
+            ends={rank: data.ends[rank]},
+        )
         trace_parts.write_data(tmp_path / f"rank_{rank}.part", part)
     t = load(tmp_path)
     assert t.ranks == [0, 1, 2] and t.missing_ranks == [3]

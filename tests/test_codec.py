@@ -11,12 +11,15 @@ from traceformat import format as fmt
 from traceformat import reader as trace_reader
 
 
-@pytest.mark.parametrize("values, kind", [
-    ([7] * 100, "c"),  # constant: no bytes per event
-    (list(range(5, 105)), "d"),  # arithmetic progression (seq on one group): no bytes either
-    ([0] * 50 + [1] * 50 + [2] * 50, "r"),  # steps: three runs
-    ([1000, 1200, 1000, 1200, 1005, 1255] * 20, "f"),  # small range around a big base: 1 byte each
-])
+@pytest.mark.parametrize(
+    "values, kind",
+    [
+        ([7] * 100, "c"),  # constant: no bytes per event
+        (list(range(5, 105)), "d"),  # arithmetic progression (seq on one group): no bytes either
+        ([0] * 50 + [1] * 50 + [2] * 50, "r"),  # steps: three runs
+        ([1000, 1200, 1000, 1200, 1005, 1255] * 20, "f"),  # small range around a big base: 1 byte each
+    ],
+)
 def test_cheapest_packing(values, kind):
     packed = codec.encode(np.array(values))
     assert packed[0] == kind
@@ -24,19 +27,22 @@ def test_cheapest_packing(values, kind):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(-2**62, 2**62), min_size=1, max_size=300))
+@given(st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=300))
 def test_round_trip_any_ints(values):
     assert codec.decode(codec.encode(np.array(values, dtype=np.int64)), len(values)).tolist() == values
 
 
-@pytest.mark.parametrize("packed, n", [
-    (["f", 0, 2, b"\x00" * 5], 3),  # wrong byte count
-    (["f", 0, 3, b"\x00" * 9], 3),  # no such width
-    (["r", 2, ["c", 1], ["c", 5]], 3),  # runs add up to 10, not 3
-    (["r", 10**12, ["c", 1], ["c", 1]], 3),  # impossible run count, not an allocation
-    (["x", 1], 3),
-    ([], 3),
-])
+@pytest.mark.parametrize(
+    "packed, n",
+    [
+        (["f", 0, 2, b"\x00" * 5], 3),  # wrong byte count
+        (["f", 0, 3, b"\x00" * 9], 3),  # no such width
+        (["r", 2, ["c", 1], ["c", 5]], 3),  # runs add up to 10, not 3
+        (["r", 10**12, ["c", 1], ["c", 1]], 3),  # impossible run count, not an allocation
+        (["x", 1], 3),
+        ([], 3),
+    ],
+)
 def test_malformed_packings_raise(packed, n):
     with pytest.raises(codec.CodecError):
         codec.decode(packed, n)
@@ -62,9 +68,15 @@ def test_a_training_stream_packs_under_16_bytes_per_event(tmp_path):
     n = 20000
     cols = {name: np.full(n, 0 if dt == "u1" else -1, dtype=dt) for name, dt in fmt.COLUMNS}
     kind = np.arange(n) % 8
-    cols.update(op=kind.astype(np.int32) % 3, group=(kind % 2).astype(np.int32), module=kind.astype(np.int32),
-                seq=np.arange(n) // 2, step=(np.arange(n) // 800).astype(np.int32),
-                in_bytes=(kind * 4096).astype(np.int64), ts=np.cumsum(rng.integers(5, 3000, n)) * 1e-6)
+    cols.update(
+        op=kind.astype(np.int32) % 3,
+        group=(kind % 2).astype(np.int32),
+        module=kind.astype(np.int32),
+        seq=np.arange(n) // 2,
+        step=(np.arange(n) // 800).astype(np.int32),
+        in_bytes=(kind * 4096).astype(np.int64),
+        ts=np.cumsum(rng.integers(5, 3000, n)) * 1e-6,
+    )
     path = tmp_path / "t.trace"
     w = fmt.TraceWriter(path, fmt.make_header(world_size=2, ranks=[0], mode="fake"))
     w.group(0, "0", [0, 1], "default_pg")

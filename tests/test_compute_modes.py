@@ -6,11 +6,11 @@ see (tensor values) falls back to real compute, rank by rank, with a note."""
 import os
 
 import pytest
+from conftest import REPO, program, stream
+from test_workload_config import run_tracer
 
 from analyzer.diff import diff_traces
 from analyzer.load import load
-from conftest import REPO, program, stream
-from test_workload_config import run_tracer
 
 SKIP = {"ts", "rank", "label", "ranks"}
 
@@ -22,8 +22,14 @@ def _record(cfg_or_script, out, compute, world_size=None):
 
     if cfg_or_script.endswith(".toml"):
         cfg = config.load(cfg_or_script)
-        res = record(config.program(cfg), world_size=cfg.world_size, out=out, config=cfg.to_dict(),
-                     compute=compute, progress=False)
+        res = record(
+            config.program(cfg),
+            world_size=cfg.world_size,
+            out=out,
+            config=cfg.to_dict(),
+            compute=compute,
+            progress=False,
+        )
     else:
         res = record(Program(script=cfg_or_script), world_size=world_size, out=out, compute=compute, progress=False)
     assert res.errors == {}, res.errors
@@ -62,8 +68,19 @@ def test_fake_compute_on_scripts_with_fsdp_and_tensor_parallel(recorded, tmp_pat
 def test_tensor_values_fall_back_to_real_compute(tmp_path):
     # every rank reads a value (.item() on the loss, as a logging line would): fake compute
     # cannot give it, so each rank is recorded again with real compute, with a note
-    p = run_tracer("tracer", "record", "--script", program("item_branch"), "-n", "4", "--compute", "fake",
-                   "-o", "f.trace", cwd=tmp_path)
+    p = run_tracer(
+        "tracer",
+        "record",
+        "--script",
+        program("item_branch"),
+        "-n",
+        "4",
+        "--compute",
+        "fake",
+        "-o",
+        "f.trace",
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert "note: fake compute: 4 rank(s) read tensor values" in p.stderr and "ranks 0-3" in p.stderr
     assert "DataDependentOutputException" in p.stderr and "item_branch.py:" in p.stderr

@@ -4,17 +4,17 @@ import os
 import subprocess
 
 import pytest
+from conftest import BIN
 
 from analyzer.checks import run_checks
 from analyzer.checks.ordering import check as ordering_check
 from analyzer.hang import analyze
 from analyzer.load import load
-from conftest import BIN
 
 CYCLES = [
     ("deadlock_mesh", 4, [0, 1, 3, 2]),  # 0 waits 1 (tp), 1 waits 3 (dp), 3 waits 2 (tp), 2 waits 0 (dp)
-    ("deadlock_ab", 2, [0, 1]),          # two groups over the same ranks entered A,B vs B,A
-    ("deadlock_send_send", 2, [0, 1]),   # both do a blocking send first
+    ("deadlock_ab", 2, [0, 1]),  # two groups over the same ranks entered A,B vs B,A
+    ("deadlock_send_send", 2, [0, 1]),  # both do a blocking send first
 ]
 
 
@@ -77,8 +77,11 @@ def test_hang_cli_dot_and_json(stopped, recorded, tmp_path):
     broken, _ = recorded("stop_early", 64, "fake", args=("--stop", "17"))
     golden, _ = recorded("stop_early", 64, "fake")
     dot = tmp_path / "wait.dot"
-    p = subprocess.run([os.path.join(BIN, "analyzer"), "hang", broken, "--expected", golden, "--dot", str(dot),
-                        "--json"], capture_output=True, text=True)
+    p = subprocess.run(
+        [os.path.join(BIN, "analyzer"), "hang", broken, "--expected", golden, "--dot", str(dot), "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 1, p.stderr
     import json
 

@@ -9,12 +9,12 @@ import sys
 
 import polars as pl
 import pytest
+from conftest import BIN, REPO, program
 
 from analyzer.diff import diff_traces
-from tracer.golden import record_example
 from analyzer.load import load
 from analyzer.normalize import normalize
-from conftest import BIN, REPO, program
+from tracer.golden import record_example
 
 AG = "all_gather_into_tensor"
 FSDP_TOML = os.path.join(REPO, "examples", "fsdp.toml")
@@ -66,18 +66,34 @@ def test_reshard_after_forward_adds_one_backward_all_gather_per_unit_per_step(tm
     assert extra["step"].to_list() == [0] * 4 + [1] * 4
     ag_back = d.volume.filter((pl.col("op") == AG) & (pl.col("phase") == "backward")).row(0, named=True)
     per_rank_step = 4 * sum(UNITS.values())  # bytes of the gathered (full) parameters
-    assert ag_back == {"dim": "dp_shard", "op": AG, "phase": "backward", "calls_a": 0, "calls_b": 32,
-                       "calls_delta": 32, "bytes_a": 0, "bytes_b": 8 * per_rank_step,
-                       "bytes_delta": 8 * per_rank_step}
+    assert ag_back == {
+        "dim": "dp_shard",
+        "op": AG,
+        "phase": "backward",
+        "calls_a": 0,
+        "calls_b": 32,
+        "calls_delta": 32,
+        "bytes_a": 0,
+        "bytes_b": 8 * per_rank_step,
+        "bytes_delta": 8 * per_rank_step,
+    }
     others = d.volume.filter(~((pl.col("op") == AG) & (pl.col("phase") == "backward")))
     assert (others["calls_delta"] == 0).all() and (others["bytes_delta"] == 0).all()
 
 
 def test_fsdp8_vs_fsdp4_tp2_compares_by_volume_per_dim(tmp_path):
     fsdp8 = _record(tmp_path, _toml(tmp_path, "fsdp8", {"world_size = 4": "world_size = 8"}))
-    fsdp4tp2 = _record(tmp_path, _toml(tmp_path, "fsdp4tp2", {
-        "world_size = 4": "world_size = 8",
-        "data_parallel_shard_degree = -1   # fill: 4": "data_parallel_shard_degree = 4\ntensor_parallel_degree = 2"}))
+    fsdp4tp2 = _record(
+        tmp_path,
+        _toml(
+            tmp_path,
+            "fsdp4tp2",
+            {
+                "world_size = 4": "world_size = 8",
+                "data_parallel_shard_degree = -1   # fill: 4": "data_parallel_shard_degree = 4\ntensor_parallel_degree = 2",
+            },
+        ),
+    )
     d = diff_traces(load(fsdp8), load(fsdp4tp2))
     assert not d.equal
     v = {(r["dim"], r["op"], r["phase"]): r for r in d.volume.iter_rows(named=True)}
@@ -140,6 +156,8 @@ def test_cli_exit_codes_and_json(branch_pair):
 
 
 def test_diff_modules_import_without_torch():
-    code = ("import sys; import analyzer.cli, analyzer.diff, analyzer.normalize, analyzer.golden, "
-            "analyzer.render.console, analyzer.render.json; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; import analyzer.cli, analyzer.diff, analyzer.normalize, analyzer.golden, "
+        "analyzer.render.console, analyzer.render.json; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

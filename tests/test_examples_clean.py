@@ -7,8 +7,16 @@ import pytest
 from analyzer.checks import run_checks
 from analyzer.hang import analyze
 
-CASES = [("fsdp", "fake"), ("fsdp", "local"), ("hsdp_tp", "fake"), ("hsdp_tp", "local"), ("fsdp_ep", "fake"),
-         ("fsdp_ep", "local"), ("fsdp_tp_pp_1f1b", "fake"), ("fsdp_tp_pp_interleaved", "fake")]
+CASES = [
+    ("fsdp", "fake"),
+    ("fsdp", "local"),
+    ("hsdp_tp", "fake"),
+    ("hsdp_tp", "local"),
+    ("fsdp_ep", "fake"),
+    ("fsdp_ep", "local"),
+    ("fsdp_tp_pp_1f1b", "fake"),
+    ("fsdp_tp_pp_interleaved", "fake"),
+]
 
 
 @pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])

@@ -5,10 +5,10 @@ import os
 
 import pytest
 import ray  # the `test` extra installs it
-
-from analyzer.load import load
 from conftest import program, stream
 from test_workload_config import run_tracer
+
+from analyzer.load import load
 
 SKIP = {"ts"}
 
@@ -54,16 +54,39 @@ def test_ray_executor_reports_failed_and_hung_ranks_per_rank(local_ray, tmp_path
 
 
 def test_unreachable_ray_cluster_is_one_line(tmp_path):
-    p = run_tracer("tracer", "record", "--script", program("collectives"), "-n", "2", "--executor", "ray",
-                   "--ray-address", "127.0.0.1:9", cwd=tmp_path, timeout=120)
+    p = run_tracer(
+        "tracer",
+        "record",
+        "--script",
+        program("collectives"),
+        "-n",
+        "2",
+        "--executor",
+        "ray",
+        "--ray-address",
+        "127.0.0.1:9",
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith("error: --executor ray")
     assert "Traceback" not in p.stderr and not os.listdir(tmp_path)
 
 
 def test_shards_recorded_with_ranks_merge_into_the_full_recording(tmp_path):
     for shard, ranks in (("full", "all"), ("a", "0-1"), ("b", "2,3")):
-        p = run_tracer("tracer", "record", "--script", program("collectives"), "-n", "4", "--ranks", ranks,
-                       "-o", f"{shard}.trace", cwd=tmp_path)
+        p = run_tracer(
+            "tracer",
+            "record",
+            "--script",
+            program("collectives"),
+            "-n",
+            "4",
+            "--ranks",
+            ranks,
+            "-o",
+            f"{shard}.trace",
+            cwd=tmp_path,
+        )
         assert p.returncode == 0, p.stderr
     # (a folder of parts, as an interrupted shard leaves, is accepted too: test_bad_input)
     m = run_tracer("tracer", "merge", "a.trace", "b.trace", "-o", "all.trace", cwd=tmp_path)

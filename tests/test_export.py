@@ -10,11 +10,11 @@ from collections import defaultdict
 
 import polars as pl
 import pytest
+from conftest import BIN, REPO
 from polars.testing import assert_frame_equal
 
 from analyzer.load import load
 from analyzer.render.frames import events_frame, groups_path
-from conftest import BIN, REPO
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from fr_synth import dump, groups  # noqa: E402
@@ -23,8 +23,7 @@ EPS = 1e-6
 
 
 def analyzer(*args, cwd=None):
-    return subprocess.run([os.path.join(BIN, "analyzer"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+    return subprocess.run([os.path.join(BIN, "analyzer"), *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def export_perfetto(trace_path, out, *extra) -> dict:
@@ -160,7 +159,7 @@ def test_parquet_round_trip(recorded, tmp_path):
     back, back_groups = pl.read_parquet(out), pl.read_parquet(groups_path(str(out)))
     assert_frame_equal(back, events_frame(t))
     assert_frame_equal(back_groups, t.groups)
-    assert back.columns[:len(t.events.columns)] == t.events.columns
+    assert back.columns[: len(t.events.columns)] == t.events.columns
     # atoms come back as JSON text; ops as plain strings
     row = back.filter(pl.col("op") == "send").row(0, named=True)
     first = t.events.filter(pl.col("op") == "send").row(0, named=True)
@@ -177,13 +176,16 @@ def test_json_export(recorded, tmp_path):
     assert doc["trace"]["world_size"] == 4 and doc["events"][0]["op"] == "init_process_group"
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--format", "svg"], "--format 'svg': expected one of perfetto, parquet, json"),
-    (["--time", "wall"], "--time 'wall'"),
-    (["-o", "/nonexistent-dir/x.json"], "cannot write"),
-    (["-o", "."], "is a folder"),
-    (["--ranks", "2-9"], "--ranks: [4, 5, 6, 7, 8, 9] outside 0..3"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--format", "svg"], "--format 'svg': expected one of perfetto, parquet, json"),
+        (["--time", "wall"], "--time 'wall'"),
+        (["-o", "/nonexistent-dir/x.json"], "cannot write"),
+        (["-o", "."], "is a folder"),
+        (["--ranks", "2-9"], "--ranks: [4, 5, 6, 7, 8, 9] outside 0..3"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, msg, tmp_path):
     golden = os.path.join(REPO, "traces", "fsdp.trace")
     full = ["export", golden, *args] + ([] if "-o" in args else ["-o", str(tmp_path / "x.json")])

@@ -10,10 +10,10 @@ import sys
 
 import polars as pl
 import pytest
+from conftest import BIN, HERE, REPO
 
 from analyzer.checks import run_checks
 from analyzer.load import LoadError, load
-from conftest import BIN, HERE, REPO
 
 FORMS = ("pickle", "json", "repaired")
 # case -> (kind, culprit ranks, group label); None: no findings
@@ -29,8 +29,13 @@ EXPECTED = {
 @pytest.fixture(scope="session")
 def fr_dumps(tmp_path_factory):
     out = tmp_path_factory.mktemp("fr_dumps")
-    subprocess.run([sys.executable, os.path.join(HERE, "fr", "make_dumps.py"), str(out)], check=True,
-                   capture_output=True, timeout=300, cwd=REPO)
+    subprocess.run(
+        [sys.executable, os.path.join(HERE, "fr", "make_dumps.py"), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=REPO,
+    )
     return out
 
 
@@ -97,13 +102,17 @@ def test_cycle_dumps_load(fr_dumps):
 
 
 def test_cli_check_on_dump_folders(fr_dumps):
-    p = subprocess.run([os.path.join(BIN, "analyzer"), "check", str(fr_dumps / "size" / "json"), "--json"],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [os.path.join(BIN, "analyzer"), "check", str(fr_dumps / "size" / "json"), "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 1
     (f,) = json.loads(p.stdout)["findings"]
     assert f["kind"] == "shape_mismatch" and f["culprit_ranks"] == [2] and f["seq"] is not None
-    p = subprocess.run([os.path.join(BIN, "analyzer"), "check", str(fr_dumps / "healthy" / "pickle")],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [os.path.join(BIN, "analyzer"), "check", str(fr_dumps / "healthy" / "pickle")], capture_output=True, text=True
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -138,8 +147,10 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path):
 
 
 def test_importer_needs_no_torch(fr_dumps):
-    code = ("import sys; from analyzer.load import load; from analyzer.checks import run_checks; "
-            f"run_checks(load({str(fr_dumps / 'op' / 'pickle')!r})); assert 'torch' not in sys.modules, 'torch'")
+    code = (
+        "import sys; from analyzer.load import load; from analyzer.checks import run_checks; "
+        f"run_checks(load({str(fr_dumps / 'op' / 'pickle')!r})); assert 'torch' not in sys.modules, 'torch'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 

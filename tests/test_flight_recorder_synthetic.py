@@ -6,10 +6,10 @@ import pickle
 import sys
 
 import polars as pl
+from conftest import REPO
 
 from analyzer.checks import run_checks
 from analyzer.load import load
-from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from fr_synth import dump, groups  # noqa: E402
@@ -40,21 +40,42 @@ def test_wrapped_ring_buffers_are_aligned(tmp_path):
 
 
 def _entry(rid, name, pg, seq, p2p, ins, outs, dtype="Float", state="completed"):
-    return {"record_id": rid, "pg_id": 0, "process_group": pg, "collective_seq_id": seq, "p2p_seq_id": p2p,
-            "op_id": rid + 1, "profiling_name": name, "time_created_ns": rid, "input_sizes": ins,
-            "output_sizes": outs, "input_dtypes": [dtype] if ins else [], "output_dtypes": [dtype] if outs else [],
-            "state": state, "frames": [], "is_p2p": "send" in name or "recv" in name}
+    return {
+        "record_id": rid,
+        "pg_id": 0,
+        "process_group": pg,
+        "collective_seq_id": seq,
+        "p2p_seq_id": p2p,
+        "op_id": rid + 1,
+        "profiling_name": name,
+        "time_created_ns": rid,
+        "input_sizes": ins,
+        "output_sizes": outs,
+        "input_dtypes": [dtype] if ins else [],
+        "output_dtypes": [dtype] if outs else [],
+        "state": state,
+        "frames": [],
+        "is_p2p": "send" in name or "recv" in name,
+    }
 
 
 def test_nccl_p2p_matched_per_pair_and_mismatch_found(tmp_path):
     cfg = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
     pg = ("0", "default_pg")
-    r0 = [_entry(0, "nccl:all_reduce", pg, 1, 0, [[4]], [[4]]), _entry(1, "nccl:send 0->1", pg, 1, 1, [[8]], [[8]]),
-          _entry(2, "nccl:recv 0<-1", pg, 1, 2, [[2]], [[2]])]
-    r1 = [_entry(0, "nccl:all_reduce", pg, 1, 0, [[4]], [[4]]), _entry(1, "nccl:recv 1<-0", pg, 1, 1, [[8]], [[8]]),
-          _entry(2, "nccl:send 1->0", pg, 1, 2, [[3]], [[3]])]
-    _write(tmp_path, {r: {"version": "2.10", "pg_config": cfg, "pg_status": {}, "entries": e}
-                      for r, e in enumerate([r0, r1])})
+    r0 = [
+        _entry(0, "nccl:all_reduce", pg, 1, 0, [[4]], [[4]]),
+        _entry(1, "nccl:send 0->1", pg, 1, 1, [[8]], [[8]]),
+        _entry(2, "nccl:recv 0<-1", pg, 1, 2, [[2]], [[2]]),
+    ]
+    r1 = [
+        _entry(0, "nccl:all_reduce", pg, 1, 0, [[4]], [[4]]),
+        _entry(1, "nccl:recv 1<-0", pg, 1, 1, [[8]], [[8]]),
+        _entry(2, "nccl:send 1->0", pg, 1, 2, [[3]], [[3]]),
+    ]
+    _write(
+        tmp_path,
+        {r: {"version": "2.10", "pg_config": cfg, "pg_status": {}, "entries": e} for r, e in enumerate([r0, r1])},
+    )
     t = load(tmp_path)
     sends = t.events.filter(pl.col("op") == "send").select("rank", "peer", "seq").rows()
     assert sorted(sends) == [(0, 1, 0), (1, 0, 0)]
@@ -62,9 +83,19 @@ def test_nccl_p2p_matched_per_pair_and_mismatch_found(tmp_path):
 
 
 def test_old_version_without_seq_names_or_process_group(tmp_path):
-    entries = [{"record_id": i, "pg_id": 0, "seq_id": i + 1, "profiling_name": "nccl:all_reduce",
-                "input_sizes": [[4]], "output_sizes": [[4]], "state": "completed", "time_created_ns": i}
-               for i in range(3)]
+    entries = [
+        {
+            "record_id": i,
+            "pg_id": 0,
+            "seq_id": i + 1,
+            "profiling_name": "nccl:all_reduce",
+            "input_sizes": [[4]],
+            "output_sizes": [[4]],
+            "state": "completed",
+            "time_created_ns": i,
+        }
+        for i in range(3)
+    ]
     _write(tmp_path, {r: {"version": "1.5", "pg_config": {}, "entries": entries} for r in range(2)})
     t = load(tmp_path)
     assert t.events["seq"].to_list() == [0, 1, 2, 0, 1, 2] and t.groups["ranks"].to_list() == [[0, 1]]

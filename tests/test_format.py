@@ -14,16 +14,32 @@ def _header(ranks=(0, 1), **kw):
 
 
 def _events(n):
-    return [{"op": "all_reduce", "group": 0, "seq": i, "dtype": "float32", "in_shapes": [[4, i]],
-             "out_shapes": [[4, i]], "in_bytes": 16 * i, "out_bytes": 16 * i, "reduce_op": "sum",
-             "frame": f"train.py:{i} in step"} for i in range(n)]
+    return [
+        {
+            "op": "all_reduce",
+            "group": 0,
+            "seq": i,
+            "dtype": "float32",
+            "in_shapes": [[4, i]],
+            "out_shapes": [[4, i]],
+            "in_bytes": 16 * i,
+            "out_bytes": 16 * i,
+            "reduce_op": "sum",
+            "frame": f"train.py:{i} in step",
+        }
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
 def trace_file(tmp_path):
     path = tmp_path / "t.trace"
-    trace_parts.write_all(path, _header(), {0: _events(5), 1: _events(3)},
-                  groups=[{"gid": 0, "name": "0", "ranks": [0, 1, 2, 3], "desc": "default_pg"}])
+    trace_parts.write_all(
+        path,
+        _header(),
+        {0: _events(5), 1: _events(3)},
+        groups=[{"gid": 0, "name": "0", "ranks": [0, 1, 2, 3], "desc": "default_pg"}],
+    )
     return path
 
 
@@ -71,8 +87,9 @@ def test_newer_major_version_refused(tmp_path):
         trace_reader.read_trace(path)
 
 
-@pytest.mark.parametrize("content", [b"", b"hello world\n", b"\x00" * 64, msgpack.packb({"t": "header"}),
-                                     msgpack.packb([1, 2, 3])])
+@pytest.mark.parametrize(
+    "content", [b"", b"hello world\n", b"\x00" * 64, msgpack.packb({"t": "header"}), msgpack.packb([1, 2, 3])]
+)
 def test_not_a_trace(tmp_path, content):
     path = tmp_path / "x.trace"
     path.write_bytes(content)
@@ -94,7 +111,9 @@ def test_merge_parts_remaps_atoms_and_groups(tmp_path):
     assert [d.atoms[i] for i in d.columns[2]["op"]] == ["broadcast"] * 2
     assert d.groups[int(d.columns[2]["group"][0])]["ranks"] == [2, 3]
     assert summary.ends[2]["status"] == "ok"
-    combined = trace_parts.combine([trace_reader.read_trace(tmp_path / "rank_0.part"), trace_reader.read_trace(tmp_path / "rank_2.part")])
+    combined = trace_parts.combine(
+        [trace_reader.read_trace(tmp_path / "rank_0.part"), trace_reader.read_trace(tmp_path / "rank_2.part")]
+    )
     assert [combined.atoms[i] for i in combined.columns[2]["op"]] == ["broadcast"] * 2
 
 
@@ -115,11 +134,19 @@ def test_v1_plain_blocks_are_still_read(tmp_path):
     header = dict(_header([0]), version=[1, 0])
     path = tmp_path / "v1.trace"
     with open(path, "wb") as f:
-        for rec in (header, {"t": "group", "gid": 0, "name": "0", "ranks": [0, 1, 2, 3], "desc": "default_pg"},
-                    {"t": "atoms", "base": 0, "v": ["all_reduce"]},
-                    {"t": "block", "r": 0, "n": 3, "c": [np.ascontiguousarray(cols[n], dtype=dt).tobytes()
-                                                          for n, dt in fmt.COLUMNS]},
-                    {"t": "end", "r": 0, "n": 3, "status": "ok", "error": None}, {"t": "footer"}):
+        for rec in (
+            header,
+            {"t": "group", "gid": 0, "name": "0", "ranks": [0, 1, 2, 3], "desc": "default_pg"},
+            {"t": "atoms", "base": 0, "v": ["all_reduce"]},
+            {
+                "t": "block",
+                "r": 0,
+                "n": 3,
+                "c": [np.ascontiguousarray(cols[n], dtype=dt).tobytes() for n, dt in fmt.COLUMNS],
+            },
+            {"t": "end", "r": 0, "n": 3, "status": "ok", "error": None},
+            {"t": "footer"},
+        ):
             f.write(msgpack.packb(rec, use_bin_type=True))
     d = trace_reader.read_trace(path)
     assert d.columns[0]["seq"].tolist() == [0, 1, 2] and d.columns[0]["ts"].tolist() == [0.5, 1.0, 2.25]

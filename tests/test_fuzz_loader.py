@@ -24,8 +24,11 @@ def _sample(recorded, tmp_path_factory, kind: str) -> bytes:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
-@given(kind=st.sampled_from(["blocks", "rows"]), cut=st.floats(0, 1),
-       flips=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 7)), max_size=6))
+@given(
+    kind=st.sampled_from(["blocks", "rows"]),
+    cut=st.floats(0, 1),
+    flips=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 7)), max_size=6),
+)
 def test_truncated_and_bit_flipped_traces(recorded, tmp_path_factory, kind, cut, flips):
     data = bytearray(_sample(recorded, tmp_path_factory, kind))
     if cut < 0.98:

@@ -7,13 +7,13 @@ import os
 import subprocess
 
 import pytest
+from conftest import BIN, REPO
 from rich.console import Console
 
 from analyzer.diff import diff_traces
 from analyzer.load import load
 from traceformat.golden import examples, write_golden
 from tracer.golden import record_example
-from conftest import BIN, REPO
 
 EXAMPLES = os.path.join(REPO, "examples")
 TRACES = os.path.join(REPO, "traces")
@@ -43,8 +43,10 @@ def test_example_matches_its_golden(name, path, workload, tmp_path):
         trace = load(out)
     golden = load(os.path.join(TRACES, name + ".trace"))
     d = diff_traces(golden, trace)
-    assert d.equal, (f"comm pattern of examples/{os.path.basename(path)} changed against traces/{name}.trace "
-                     f"(if intended: tracer golden update):\n" + _diff_text(golden, trace, d))
+    assert d.equal, (
+        f"comm pattern of examples/{os.path.basename(path)} changed against traces/{name}.trace "
+        f"(if intended: tracer golden update):\n" + _diff_text(golden, trace, d)
+    )
 
 
 def test_goldens_are_canonical_and_portable(tmp_path):
@@ -63,15 +65,17 @@ def test_goldens_are_canonical_and_portable(tmp_path):
 def test_golden_cli_check_given_trace(tmp_path):
     # a changed comm pattern, given as a trace named like a golden: exit 1 and the diff printed
     analyzer = os.path.join(BIN, "analyzer")
-    ok = subprocess.run([analyzer, "golden", "check", os.path.join(TRACES, "fsdp.trace")],
-                        capture_output=True, text=True, cwd=REPO)
+    ok = subprocess.run(
+        [analyzer, "golden", "check", os.path.join(TRACES, "fsdp.trace")], capture_output=True, text=True, cwd=REPO
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     swapped = tmp_path / "fsdp.trace"
     swapped.write_bytes(open(os.path.join(TRACES, "fsdp_tp.trace"), "rb").read())
     bad = subprocess.run([analyzer, "golden", "check", str(swapped)], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 1 and "changed" in bad.stdout and "golden update" in bad.stdout
-    missing = subprocess.run([analyzer, "golden", "check", "--examples", str(tmp_path / "none")],
-                             capture_output=True, text=True, cwd=REPO)
+    missing = subprocess.run(
+        [analyzer, "golden", "check", "--examples", str(tmp_path / "none")], capture_output=True, text=True, cwd=REPO
+    )
     assert missing.returncode == 2 and missing.stderr.startswith("error:")
     # re-recording needs torch: that is the recorder's `tracer golden check`
     nothing = subprocess.run([analyzer, "golden", "check"], capture_output=True, text=True, cwd=REPO)
@@ -84,8 +88,9 @@ def test_tracer_golden_update_adopts_a_given_trace(tmp_path):
     given = tmp_path / "fsdp.trace"
     given.write_bytes(open(os.path.join(TRACES, "fsdp.trace"), "rb").read())
     goldens = tmp_path / "goldens"
-    p = subprocess.run([tracer, "golden", "update", str(given), "--traces", str(goldens)],
-                       capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [tracer, "golden", "update", str(given), "--traces", str(goldens)], capture_output=True, text=True, cwd=REPO
+    )
     assert p.returncode == 0 and p.stdout.startswith("written  fsdp"), p.stdout + p.stderr
     assert (goldens / "fsdp.trace").read_bytes() == given.read_bytes()
     assert sorted(os.listdir(goldens)) == ["fsdp.trace"]
@@ -97,6 +102,10 @@ def test_tracer_golden_check_records_and_compares(tmp_path):
     examples_dir.mkdir()
     (examples_dir / "fsdp.toml").write_text(open(os.path.join(EXAMPLES, "fsdp.toml")).read())
     tracer = os.path.join(BIN, "tracer")
-    p = subprocess.run([tracer, "golden", "check", "--examples", str(examples_dir), "--traces", TRACES],
-                       capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [tracer, "golden", "check", "--examples", str(examples_dir), "--traces", TRACES],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert p.returncode == 0 and p.stdout.startswith("same     fsdp"), p.stdout + p.stderr

@@ -32,8 +32,13 @@ def test_merged_trace_loads_like_its_parts(tmp_path):
     """Arena path (one merged file) vs concatenation path (a folder of row parts)."""
     data = trace_reader.read_trace(GOLDEN)
     for rank in sorted(data.columns):
-        part = fmt.TraceData(header=dict(data.header, ranks=[rank], part=True), atoms=data.atoms,
-                             groups=data.groups, columns={rank: data.columns[rank]}, ends={rank: data.ends[rank]})
+        part = fmt.TraceData(
+            header=dict(data.header, ranks=[rank], part=True),
+            atoms=data.atoms,
+            groups=data.groups,
+            columns={rank: data.columns[rank]},
+            ends={rank: data.ends[rank]},
+        )
         trace_parts.write_data(tmp_path / f"rank_{rank:05d}.part", part, rows=True)
     merged, from_parts = load(GOLDEN), load(tmp_path)
     assert merged.stream["code"].n_chunks() == 1  # the arena's buffers became one chunk per column

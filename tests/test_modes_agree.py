@@ -2,9 +2,9 @@
 for the same SPMD program: every column of every event of every rank, except timestamps."""
 
 import pytest
+from conftest import stream
 
 from analyzer.load import load
-from conftest import stream
 
 SPMD = [("collectives", 4), ("fsdp", 4), ("tp", 4), ("dtensor", 4), ("groups", 8), ("a2a_splits", 4)]
 SKIP = {"ts", "rank", "label", "ranks"}

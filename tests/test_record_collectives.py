@@ -1,13 +1,27 @@
 """Exact comm patterns of the c10d API, p2p, groups and rank-dependent branches, derived by hand."""
 
 import pytest
-
-from analyzer.load import load
 from conftest import sig, stream
 
-COMM = {"all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-        "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "all_to_all",
-        "all_to_all_single", "barrier", "send", "recv"}
+from analyzer.load import load
+
+COMM = {
+    "all_reduce",
+    "all_reduce_coalesced",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "send",
+    "recv",
+}
 
 
 def expected_collectives(rank: int, mode: str = "fake") -> list[tuple]:
@@ -71,8 +85,10 @@ def test_p2p_ring_fake_mode(recorded):
     for rank in range(4):
         nxt, prv = (rank + 1) % 4, (rank - 1) % 4
         comm = [e for e in stream(t, rank) if e["op"] in COMM]
-        first = [("send", "world", 0, nxt, "float32", [[4]], [], None, 0),
-                 ("recv", "world", 0, prv, "float32", [], [[4]], None, 0)]
+        first = [
+            ("send", "world", 0, nxt, "float32", [[4]], [], None, 0),
+            ("recv", "world", 0, prv, "float32", [], [[4]], None, 0),
+        ]
         assert [sig(e) for e in comm] == (first if rank % 2 == 0 else first[::-1]) + [
             ("send", "world", 1, nxt, "float32", [[2, 3]], [], None, 1),
             ("recv", "world", 1, prv, "float32", [], [[2, 3]], None, 1),
@@ -99,7 +115,8 @@ def test_rank_dependent_branch_only_on_that_rank(recorded):
         comm = [e for e in stream(t, rank) if e["op"] in COMM]
         assert [e["seq"] for e in comm] == ([0, 1, 2] if rank == 1 else [0, 1])
         assert [e["frame"].rsplit(":", 1)[-1] for e in comm] == (
-            ["7 in <module>", "9 in <module>", "10 in <module>"] if rank == 1 else ["7 in <module>", "10 in <module>"])
+            ["7 in <module>", "9 in <module>", "10 in <module>"] if rank == 1 else ["7 in <module>", "10 in <module>"]
+        )
 
 
 @pytest.mark.parametrize("mode", ["fake", "local"])
@@ -109,8 +126,11 @@ def test_group_creation_and_mesh_ops(recorded, mode):
     t = load(path)
     for rank in range(8):
         ev = stream(t, rank)
-        made = [(e["op"], e["group"][0], e["group"][1], e["info"]["member"]) for e in ev
-                if e["op"] in ("init_process_group", "new_group", "split_group")]
+        made = [
+            (e["op"], e["group"][0], e["group"][1], e["info"]["member"])
+            for e in ev
+            if e["op"] in ("init_process_group", "new_group", "split_group")
+        ]
         half = (0, 1, 2, 3) if rank < 4 else (4, 5, 6, 7)
         assert made == [
             ("init_process_group", "world", tuple(range(8)), True),
@@ -128,8 +148,11 @@ def test_group_creation_and_mesh_ops(recorded, mode):
             {"how": "flatten", "shape": [8], "dims": ["dp_tp"], "ranks": list(range(8))},
         ]
         comm = [(e["op"], e["group"][0], e["group"][1], e["in_shapes"]) for e in ev if e["op"] in COMM]
-        assert comm == [("all_reduce", "halves", half, [[3]]), ("all_reduce", "tp", half, [[4]]),
-                        ("all_reduce", "world", tuple(range(8)), [[5]])]
+        assert comm == [
+            ("all_reduce", "halves", half, [[3]]),
+            ("all_reduce", "tp", half, [[4]]),
+            ("all_reduce", "world", tuple(range(8)), [[5]]),
+        ]
 
 
 def test_ranks_subset(recorded):

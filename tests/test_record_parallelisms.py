@@ -2,9 +2,9 @@
 on every rank, in both modes."""
 
 import pytest
+from conftest import sig, stream
 
 from analyzer.load import load
-from conftest import sig, stream
 
 AG, RS = "all_gather_into_tensor", "reduce_scatter_tensor"
 MODES = ["fake", "local"]
@@ -28,9 +28,17 @@ def test_fsdp2_all_gathers_and_reduce_scatters_per_unit_per_step(recorded, mode)
     expected = []
     for step in range(2):
         s = 9 * step
-        expected += [ag(s, "0", "forward", step), ag(s + 1, "2", "forward", step), ag(s + 2, "4", "forward", step),
-                     ag(s + 3, "4", "backward", step), ag(s + 4, "2", "backward", step), rs(s + 5, "4", step),
-                     ag(s + 6, "0", "backward", step), rs(s + 7, "2", step), rs(s + 8, "0", step)]
+        expected += [
+            ag(s, "0", "forward", step),
+            ag(s + 1, "2", "forward", step),
+            ag(s + 2, "4", "forward", step),
+            ag(s + 3, "4", "backward", step),
+            ag(s + 4, "2", "backward", step),
+            rs(s + 5, "4", step),
+            ag(s + 6, "0", "backward", step),
+            rs(s + 7, "2", step),
+            rs(s + 8, "0", step),
+        ]
     for rank in range(4):
         got = [(sig(e), e["module"], e["phase"], e["step"]) for e in comm(t, rank)]
         assert got == expected
@@ -41,8 +49,14 @@ def test_fsdp2_without_reshard_skips_backward_all_gathers(recorded):
     t = load(path)
     for rank in range(4):
         got = [(e["op"], e["module"], e["phase"]) for e in comm(t, rank)]
-        per_step = [(AG, "0", "forward"), (AG, "2", "forward"), (AG, "4", "forward"),
-                    (RS, "4", "backward"), (RS, "2", "backward"), (RS, "0", "backward")]
+        per_step = [
+            (AG, "0", "forward"),
+            (AG, "2", "forward"),
+            (AG, "4", "forward"),
+            (RS, "4", "backward"),
+            (RS, "2", "backward"),
+            (RS, "0", "backward"),
+        ]
         assert got == per_step * 2
 
 
@@ -58,11 +72,15 @@ def test_tensor_and_sequence_parallel(recorded, mode):
     for rank in range(4):
         got = [sig(e) for e in comm(t, rank)]
         root = rank == 0
-        setup = [("scatter", "world", 0, 0, "float32", [[8, 16]] * 4 if root else [], [[8, 16]], None, 0),
-                 ("scatter", "world", 1, 0, "float32", [[16, 8]] * 4 if root else [], [[16, 8]], None, 0)]
-        step = lambda s: [(AG, "world", s, -1, "float32", [[2, 4, 16]], [[8, 4, 16]], None, 1),
-                          (RS, "world", s + 1, -1, "float32", [[8, 4, 16]], [[2, 4, 16]], "sum", 1),
-                          (AG, "world", s + 2, -1, "float32", [[2, 4, 16]], [[8, 4, 16]], None, 1)]
+        setup = [
+            ("scatter", "world", 0, 0, "float32", [[8, 16]] * 4 if root else [], [[8, 16]], None, 0),
+            ("scatter", "world", 1, 0, "float32", [[16, 8]] * 4 if root else [], [[16, 8]], None, 0),
+        ]
+        step = lambda s: [
+            (AG, "world", s, -1, "float32", [[2, 4, 16]], [[8, 4, 16]], None, 1),
+            (RS, "world", s + 1, -1, "float32", [[8, 4, 16]], [[2, 4, 16]], "sum", 1),
+            (AG, "world", s + 2, -1, "float32", [[2, 4, 16]], [[8, 4, 16]], None, 1),
+        ]
         assert got == setup + step(2) + step(5)
         phases = [e["phase"] for e in comm(t, rank)][2:]
         assert phases == ["forward", "forward", "backward"] * 2

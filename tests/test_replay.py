@@ -5,10 +5,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
 from analyzer.hang import analyze
 from analyzer.load import load
-from conftest import REPO
 from traceformat import format as fmt
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
@@ -39,8 +39,9 @@ def _marked(out: str) -> list[int]:
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracer.cli", "replay", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "tracer.cli", "replay", *args], capture_output=True, text=True, cwd=REPO, timeout=180
+    )
 
 
 @pytest.mark.parametrize("name,world", [("collectives", 4), ("p2p", 4), ("dtensor", 4), ("tp", 4), ("groups", 8)])
@@ -58,8 +59,10 @@ def test_healthy_recording_replays_on_gloo(recorded, tmp_path, name, world):
     src = load(path)
     comm = sorted(fmt.COLLECTIVE_OPS | fmt.P2P_OPS)
     for r in range(world):
-        ops = [x.events.filter((x.events["rank"] == r) & x.events["op"].cast(str).is_in(comm))["op"].cast(str).to_list()
-               for x in (src, t)]
+        ops = [
+            x.events.filter((x.events["rank"] == r) & x.events["op"].cast(str).is_in(comm))["op"].cast(str).to_list()
+            for x in (src, t)
+        ]
         assert ops[0] == ops[1]
     assert sum(s["calls"] for s in res.stats) > 0
 

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import networkx as nx
 import pytest
+from conftest import BIN, REPO
 
 from analyzer.load import load
 from analyzer.render import waitgraph
 from analyzer.render.html import render
 from analyzer.report import ReportInputs, build_report
-from conftest import BIN, REPO
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
@@ -26,12 +26,12 @@ GOLDEN = os.path.join(REPO, "traces", "hsdp_tp.trace")
 FSDP = os.path.join(REPO, "traces", "fsdp.trace")
 FIGURES = ("waitfor", "plot-volume", "plot-steps", "plot-diff")
 needs_chromium = pytest.mark.skipif(
-    find_chromium() is None, reason="chromium not installed (CI installs it in .ci/run: apt-get install chromium)")
+    find_chromium() is None, reason="chromium not installed (CI installs it in .ci/run: apt-get install chromium)"
+)
 
 
 def analyzer(*args, cwd=None):
-    return subprocess.run([os.path.join(BIN, "analyzer"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+    return subprocess.run([os.path.join(BIN, "analyzer"), *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +127,14 @@ def test_flight_recorder_dump_folder(tmp_path):
     assert "Flight Recorder dumps" in (tmp_path / "fr.html").read_text()
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["nope.trace", "-o", "r.html"], "no such file"),
-    ([FSDP, "-o", "/nonexistent-dir/r.html"], "cannot write"),
-    ([FSDP, "--diff", "missing.trace", "-o", "r.html"], "missing.trace: no such file"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["nope.trace", "-o", "r.html"], "no such file"),
+        ([FSDP, "-o", "/nonexistent-dir/r.html"], "cannot write"),
+        ([FSDP, "--diff", "missing.trace", "-o", "r.html"], "missing.trace: no such file"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, msg, tmp_path):
     p = analyzer("report", *args, cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.startswith("error: ") and msg in p.stderr, p.stderr
@@ -191,15 +194,18 @@ def test_chromium_check_catches_a_broken_page(browser, deadlock_page, tmp_path):
     cases = {
         # a script error (with the CSP removed, so the script runs and throws)
         "throws": re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace(
-            "</main>", "<script>undefinedFunction()</script></main>"),
+            "</main>", "<script>undefinedFunction()</script></main>"
+        ),
         # a fetch from the network: blocked by the page's CSP, reported as an error
         "fetches": page.replace("</main>", '<img src="https://example.invalid/x.png"></main>'),
         "console": re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace(
-            "</main>", "<script>console.error('bad')</script></main>"),
+            "</main>", "<script>console.error('bad')</script></main>"
+        ),
         # the wait-for graph missing; a plot present but empty
         "no graph": re.sub(r'<figure id="waitfor">.*?</figure>', "", page, flags=re.S),
-        "empty plot": re.sub(r'(<figure id="plot-steps">)<svg.*?</svg>', r'\1<svg width="400" height="200"></svg>',
-                             page, flags=re.S),
+        "empty plot": re.sub(
+            r'(<figure id="plot-steps">)<svg.*?</svg>', r'\1<svg width="400" height="200"></svg>', page, flags=re.S
+        ),
     }
     for name, broken in cases.items():
         path = tmp_path / f"{name.replace(' ', '_')}.html"

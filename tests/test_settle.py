@@ -18,13 +18,16 @@ def _blocked(found):
     return {r: (b.key, sorted(b.waits_for), b.matched, b.event["op"], b.event["idx"]) for r, b in found.items()}
 
 
-@pytest.mark.parametrize("name, world", [
-    ("bug_subgroup_skip", 8),  # a skipped collective: its group waits at the end
-    ("bug_recv_never_sent", 4),  # a recv nobody sends: its rank waits, and whoever needs it
-    ("stop_early", 4),
-    ("collectives", 4),
-    ("fsdp", 4),
-])
+@pytest.mark.parametrize(
+    "name, world",
+    [
+        ("bug_subgroup_skip", 8),  # a skipped collective: its group waits at the end
+        ("bug_recv_never_sent", 4),  # a recv nobody sends: its rank waits, and whoever needs it
+        ("stop_early", 4),
+        ("collectives", 4),
+        ("fsdp", 4),
+    ],
+)
 def test_settle_matches_the_replay(recorded, name, world):
     t = load(recorded(name, world, "fake")[0])
     assert ordered(t)
@@ -52,14 +55,16 @@ def test_a_replay_too_large_is_a_note_in_check_and_one_line_in_hang(recorded, mo
     import subprocess
     import sys
 
-    from analyzer.waitfor import replay
     from analyzer.checks import ordering
+    from analyzer.waitfor import replay
 
     path = recorded("deadlock_ab", 4, "fake")[0]
     t = load(path)
     monkeypatch.setattr(replay, "REPLAY_LIMIT", 3)
     assert ordering.check(t) == [] and any("ordering not verified" in n for n in t.notes)
-    code = ("import sys; from analyzer.waitfor import replay; replay.REPLAY_LIMIT = 3; from analyzer.cli import main; "
-            f"sys.argv = ['analyzer', 'hang', {path!r}]; main()")
+    code = (
+        "import sys; from analyzer.waitfor import replay; replay.REPLAY_LIMIT = 3; from analyzer.cli import main; "
+        f"sys.argv = ['analyzer', 'hang', {path!r}]; main()"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "replay stops at 3" in p.stderr

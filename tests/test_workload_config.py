@@ -4,16 +4,17 @@ import os
 import subprocess
 
 import pytest
+from conftest import BIN, REPO, program, stream
 
 from analyzer.load import load
-from conftest import BIN, REPO, program, stream
 
 EXAMPLES = os.path.join(REPO, "examples")
 
 
 def run_tracer(*args, cwd=None, timeout=300):
-    return subprocess.run([os.path.join(BIN, args[0]), *args[1:]], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+    return subprocess.run(
+        [os.path.join(BIN, args[0]), *args[1:]], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 def one_line_error(proc) -> str:
@@ -36,23 +37,33 @@ world_size = {world}
 """
 
 
-@pytest.mark.parametrize("par,world,msg", [
-    ("tensor_paralel_degree = 2", 4, "unknown key parallelism.tensor_paralel_degree (did you mean "
-                                     "'tensor_parallel_degree'?)"),
-    ("tensor_parallel_degree = 2\ndata_parallel_shard_degree = 4", 4,
-     "parallelism: degrees multiply to 8"),
-    ("data_parallel_shard_degree = 3", 4, "tracer.world_size is 4"),
-    ("pipeline_parallel_degree = 4\npipeline_parallel_schedule = \"1F1B\"", 4,
-     "1F1B needs 4 stages"),
-    ("pipeline_parallel_degree = 2\npipeline_parallel_schedule = \"Interleaved1F1B\"", 2,
-     "Interleaved1F1B needs 4 stages (2 ranks x 2), which model.n_layers=2 does not split into"),
-    ("pipeline_parallel_degree = 2\npipeline_parallel_schedule = \"ZeroBubble\"", 2,
-     "parallelism.pipeline_parallel_schedule must be one of GPipe, 1F1B, Interleaved1F1B"),
-    ("tensor_parallel_degree = \"2\"", 4, "parallelism.tensor_parallel_degree: expected int, got str"),
-    ("enable_sequence_parallel = 1", 4, "parallelism.enable_sequence_parallel: expected bool"),
-    ("expert_parallel_degree = 2", 4, "needs an MoE model: set model.n_experts"),
-    ("context_parallel_degree = 2", 4, "context parallel is not modelled"),
-])
+@pytest.mark.parametrize(
+    "par,world,msg",
+    [
+        (
+            "tensor_paralel_degree = 2",
+            4,
+            "unknown key parallelism.tensor_paralel_degree (did you mean 'tensor_parallel_degree'?)",
+        ),
+        ("tensor_parallel_degree = 2\ndata_parallel_shard_degree = 4", 4, "parallelism: degrees multiply to 8"),
+        ("data_parallel_shard_degree = 3", 4, "tracer.world_size is 4"),
+        ('pipeline_parallel_degree = 4\npipeline_parallel_schedule = "1F1B"', 4, "1F1B needs 4 stages"),
+        (
+            'pipeline_parallel_degree = 2\npipeline_parallel_schedule = "Interleaved1F1B"',
+            2,
+            "Interleaved1F1B needs 4 stages (2 ranks x 2), which model.n_layers=2 does not split into",
+        ),
+        (
+            'pipeline_parallel_degree = 2\npipeline_parallel_schedule = "ZeroBubble"',
+            2,
+            "parallelism.pipeline_parallel_schedule must be one of GPipe, 1F1B, Interleaved1F1B",
+        ),
+        ('tensor_parallel_degree = "2"', 4, "parallelism.tensor_parallel_degree: expected int, got str"),
+        ("enable_sequence_parallel = 1", 4, "parallelism.enable_sequence_parallel: expected bool"),
+        ("expert_parallel_degree = 2", 4, "needs an MoE model: set model.n_experts"),
+        ("context_parallel_degree = 2", 4, "context parallel is not modelled"),
+    ],
+)
 def test_bad_config_is_one_line_naming_the_key(tmp_path, par, world, msg):
     cfg = tmp_path / "bad.toml"
     cfg.write_text(BASE.format(par=par, world=world))
@@ -78,15 +89,21 @@ def test_unknown_section_and_bad_toml(tmp_path):
 def test_torchtitan_sections_and_keys_that_cannot_change_a_pattern_are_accepted():
     from tracer import config
 
-    cfg = config.from_dict({
-        "job": {"dump_folder": "./outputs", "description": "x"},
-        "metrics": {"log_freq": 10}, "checkpoint": {"enable_checkpoint": False},
-        "training": {"dataset": "c4_test", "max_norm": 1.0, "steps": 3},
-        "parallelism": {"data_parallel_shard_degree": -1, "tensor_parallel_degree": 2,
-                        "disable_loss_parallel": True},
-        "comm": {"trace_buf_size": 20000, "mode": "local_tensor"},
-        "tracer": {"world_size": 8},
-    })
+    cfg = config.from_dict(
+        {
+            "job": {"dump_folder": "./outputs", "description": "x"},
+            "metrics": {"log_freq": 10},
+            "checkpoint": {"enable_checkpoint": False},
+            "training": {"dataset": "c4_test", "max_norm": 1.0, "steps": 3},
+            "parallelism": {
+                "data_parallel_shard_degree": -1,
+                "tensor_parallel_degree": 2,
+                "disable_loss_parallel": True,
+            },
+            "comm": {"trace_buf_size": 20000, "mode": "local_tensor"},
+            "tracer": {"world_size": 8},
+        }
+    )
     assert cfg.parallelism.data_parallel_shard_degree == 4 and cfg.training.steps == 3
     assert cfg.comm.mode == "local_tensor"
 
@@ -94,12 +111,20 @@ def test_torchtitan_sections_and_keys_that_cannot_change_a_pattern_are_accepted(
 def test_world_size_is_the_product_of_degrees_and_microbatch_knobs():
     from tracer import config
 
-    cfg = config.from_dict({"parallelism": {"data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 2,
-                                            "tensor_parallel_degree": 2}})
+    cfg = config.from_dict(
+        {
+            "parallelism": {
+                "data_parallel_replicate_degree": 2,
+                "data_parallel_shard_degree": 2,
+                "tensor_parallel_degree": 2,
+            }
+        }
+    )
     assert cfg.world_size == 8
     pp = {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "GPipe"}
-    cfg = config.from_dict({"parallelism": dict(pp, pipeline_parallel_microbatch_size=2),
-                            "training": {"local_batch_size": 8}})
+    cfg = config.from_dict(
+        {"parallelism": dict(pp, pipeline_parallel_microbatch_size=2), "training": {"local_batch_size": 8}}
+    )
     assert cfg.n_microbatches == 4 and cfg.world_size == 2
     cfg = config.from_dict({"parallelism": dict(pp, microbatches=8), "training": {"local_batch_size": 8}})
     assert cfg.n_microbatches == 8
@@ -109,8 +134,18 @@ def test_world_size_is_the_product_of_degrees_and_microbatch_knobs():
 
 def test_cli_options_override_the_toml(tmp_path):
     # fsdp.toml says world_size = 4 and data_parallel_shard_degree = -1: -n 2 makes it FSDP over 2
-    p = run_tracer("tracer", "record", os.path.join(EXAMPLES, "fsdp.toml"), "-n", "2", "--ranks", "1",
-                   "-o", "o.trace", cwd=tmp_path)
+    p = run_tracer(
+        "tracer",
+        "record",
+        os.path.join(EXAMPLES, "fsdp.toml"),
+        "-n",
+        "2",
+        "--ranks",
+        "1",
+        "-o",
+        "o.trace",
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     t = load(tmp_path / "o.trace")
     assert t.world_size == 2 and t.ranks == [1]
@@ -124,8 +159,10 @@ def test_cli_options_override_the_toml(tmp_path):
 def test_job_script_from_toml(tmp_path):
     # [job] script: record the user's own program, with the world size from [tracer]
     cfg = tmp_path / "job.toml"
-    cfg.write_text(f'[job]\nscript = "{program("fsdp")}"\nargs = ["--no-reshard"]\n'
-                   '[comm]\nmode = "local_tensor"\n[tracer]\nworld_size = 2\noutput = "mine.trace"\n')
+    cfg.write_text(
+        f'[job]\nscript = "{program("fsdp")}"\nargs = ["--no-reshard"]\n'
+        '[comm]\nmode = "local_tensor"\n[tracer]\nworld_size = 2\noutput = "mine.trace"\n'
+    )
     p = run_tracer("tracer", "record", str(cfg), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     t = load(tmp_path / "mine.trace")
@@ -135,7 +172,8 @@ def test_job_script_from_toml(tmp_path):
 
 
 def test_script_with_args_after_double_dash_still_works(tmp_path):
-    p = run_tracer("tracer", "record", "--script", program("fsdp"), "-n", "2", "-o", "s.trace", "--",
-                   "--no-reshard", cwd=tmp_path)
+    p = run_tracer(
+        "tracer", "record", "--script", program("fsdp"), "-n", "2", "-o", "s.trace", "--", "--no-reshard", cwd=tmp_path
+    )
     assert p.returncode == 0, p.stderr
     assert load(tmp_path / "s.trace").header["config"]["args"] == ["--no-reshard"]

@@ -10,7 +10,6 @@ wq 64x64 + wk 32x64 + wv 32x64 + wo 64x64 = 12288, w1/w2/w3 3 x 192x64 = 36864, 
 import os
 
 import pytest
-
 from conftest import REPO, sig, stream
 
 AG, RS, AR, A2A = "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single"
@@ -45,12 +44,19 @@ def test_fsdp_all_gathers_and_reduce_scatters_per_unit_per_step(workload, mode):
     expected = []
     for step in range(2):
         s = 11 * step
-        expected += [ag(s, "tok_embeddings", "forward", step), ag(s + 1, "layers.0", "forward", step),
-                     ag(s + 2, "layers.1", "forward", step), ag(s + 3, "norm, output", "forward", step),
-                     ag(s + 4, "layers.1", "backward", step), rs(s + 5, "norm, output", step),
-                     ag(s + 6, "layers.0", "backward", step), rs(s + 7, "layers.1", step),
-                     ag(s + 8, "tok_embeddings", "backward", step), rs(s + 9, "layers.0", step),
-                     rs(s + 10, "tok_embeddings", step)]
+        expected += [
+            ag(s, "tok_embeddings", "forward", step),
+            ag(s + 1, "layers.0", "forward", step),
+            ag(s + 2, "layers.1", "forward", step),
+            ag(s + 3, "norm, output", "forward", step),
+            ag(s + 4, "layers.1", "backward", step),
+            rs(s + 5, "norm, output", step),
+            ag(s + 6, "layers.0", "backward", step),
+            rs(s + 7, "layers.1", step),
+            ag(s + 8, "tok_embeddings", "backward", step),
+            rs(s + 9, "layers.0", step),
+            rs(s + 10, "tok_embeddings", step),
+        ]
     for rank in range(4):
         assert [(sig(e), e["module"], e["phase"], e["step"]) for e in comm(t, rank)] == expected
 
@@ -86,14 +92,23 @@ def test_hsdp_with_tensor_and_sequence_parallel(workload, mode):
     tp_ar = lambda: (AR, "tp", [[64]], [[64]], "sum")
     size = {"E": 2048, "L": 12352, "F": 2080}
     dp_ag = lambda u: (AG, "dp_shard", [[size[u]]], [[2 * size[u]]], None)
-    dp_rs = lambda u: [(RS, "dp_shard", [[2 * size[u]]], [[size[u]]], "avg"),
-                       (AR, "dp_replicate", [[size[u]]], [[size[u]]], "avg")]
+    dp_rs = lambda u: [
+        (RS, "dp_shard", [[2 * size[u]]], [[size[u]]], "avg"),
+        (AR, "dp_replicate", [[size[u]]], [[size[u]]], "avg"),
+    ]
     block_fwd = [dp_ag("L"), tp_ag(), tp_rs(), tp_ag(), tp_rs()]
     block_bwd = [tp_ag(), tp_rs(), tp_ag(), tp_rs(), tp_ar(), tp_ar(), *dp_rs("L")]
-    step = ([dp_ag("E"), tp_rs()] + block_fwd + block_fwd
-            + [dp_ag("F"), tp_ag(), (AG, "tp", [[2, 16, 64]], [[4, 16, 64]], None)]
-            + [dp_ag("L"), tp_rs(), tp_ar(), *dp_rs("F"), dp_ag("L")] + block_bwd
-            + [dp_ag("E")] + block_bwd + [tp_ag(), *dp_rs("E")])
+    step = (
+        [dp_ag("E"), tp_rs()]
+        + block_fwd
+        + block_fwd
+        + [dp_ag("F"), tp_ag(), (AG, "tp", [[2, 16, 64]], [[4, 16, 64]], None)]
+        + [dp_ag("L"), tp_rs(), tp_ar(), *dp_rs("F"), dp_ag("L")]
+        + block_bwd
+        + [dp_ag("E")]
+        + block_bwd
+        + [tp_ag(), *dp_rs("E")]
+    )
     for rank in range(8):
         got = [(e["op"], e["group"][0], e["in_shapes"], e["out_shapes"], e["reduce_op"]) for e in comm(t, rank)]
         assert got == step * 2
@@ -103,8 +118,9 @@ def test_hsdp_with_tensor_and_sequence_parallel(workload, mode):
         # output-hook collectives are attributed to the enclosing module (the root, for
         # tok_embeddings; the region, for wo / w2)
         mods = [e["module"] for e in comm(t, rank) if e["group"][0] == "tp" and e["phase"] == "forward"]
-        assert mods[:9] == ["FSDPTransformer"] + [f"layers.{i}.{m}" for i in (0, 1)
-                                                  for m in ("attention",) * 2 + ("feed_forward",) * 2]
+        assert mods[:9] == ["FSDPTransformer"] + [
+            f"layers.{i}.{m}" for i in (0, 1) for m in ("attention",) * 2 + ("feed_forward",) * 2
+        ]
 
 
 # ---- pipeline parallel -------------------------------------------------------------------
@@ -136,8 +152,7 @@ def test_pipeline_1f1b_sends_and_recvs_per_microbatch(workload):
         for step in range(2):
             if step == 0:
                 expected += _vote(["send", "recv"] if first else ["recv", "send"], peer)
-            ops = (["send", "send", "recv", "send", "recv", "send", "recv", "recv"] if first else
-                   ["recv", "send"] * 4)
+            ops = ["send", "send", "recv", "send", "recv", "send", "recv", "recv"] if first else ["recv", "send"] * 4
             expected += [(op, peer, h, step) for op in ops]
         assert _p2p(t, rank) == expected
 
@@ -165,10 +180,11 @@ def test_pipeline_interleaved_1f1b_sends_and_recvs_per_microbatch(workload):
         for step in range(2):
             if step == 0:
                 expected += _vote(["send", "recv"] * 3 if first else ["recv", "send"] * 3, peer)
-            ops = (["send", "recv", "send", "recv", "send", "send", "recv", "send", "recv", "send", "recv",
-                    "recv"] if first else
-                   ["recv", "send", "recv", "send", "recv", "recv", "send", "recv", "send", "recv", "send",
-                    "send"])
+            ops = (
+                ["send", "recv", "send", "recv", "send", "send", "recv", "send", "recv", "send", "recv", "recv"]
+                if first
+                else ["recv", "send", "recv", "send", "recv", "recv", "send", "recv", "send", "recv", "send", "send"]
+            )
             expected += [(op, peer, h, step) for op in ops]
         assert _p2p(t, rank) == expected
 
@@ -202,13 +218,13 @@ def test_expert_parallel_all_to_alls_per_moe_layer(workload, mode):
         assert {e["group"][0] for e in a} == {"dp_shard_in_ep"}
         assert all(e["async_op"] == 1 for e in a)
         for step in range(2):
-            s = a[10 * step: 10 * (step + 1)]
+            s = a[10 * step : 10 * (step + 1)]
             fwd, bwd = s[:6], s[6:]
             assert [e["phase"] for e in s] == ["forward"] * 6 + ["backward"] * 4
             assert [e["module"] for e in fwd] == ["layers.0.moe"] * 3 + ["layers.1.moe"] * 3
             layers = {}
             for layer in range(2):
-                counts, dispatch, combine = fwd[3 * layer: 3 * layer + 3]
+                counts, dispatch, combine = fwd[3 * layer : 3 * layer + 3]
                 assert counts["in_shapes"] == counts["out_shapes"] == [[4]]
                 assert counts["splits"] == [[2, 2], [2, 2]]
                 send, recv = dispatch["splits"]

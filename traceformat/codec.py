@@ -128,8 +128,9 @@ def encode_table(columns: list[np.ndarray]) -> list:
     lo = mat.min(axis=0)
     mat = mat - lo
     widths = [_narrow(int(span)) for span in mat.max(axis=0)]
-    bins = [mat[:, [j for j, w in enumerate(widths) if w == width]].astype(_WIDTHS[width]).tobytes()
-            for width in _WIDTHS]
+    bins = [
+        mat[:, [j for j, w in enumerate(widths) if w == width]].astype(_WIDTHS[width]).tobytes() for width in _WIDTHS
+    ]
     return ["m", lo.tolist(), widths, bins]
 
 

@@ -84,12 +84,28 @@ def default_row(**values: Any) -> list:
     return [row[name] for name in COLUMN_NAMES]
 
 
-def make_header(*, world_size: int, ranks: list[int], mode: str, config: dict | None = None,
-                torch_version: str = "", created: str = "", part: bool = False) -> dict:
+def make_header(
+    *,
+    world_size: int,
+    ranks: list[int],
+    mode: str,
+    config: dict | None = None,
+    torch_version: str = "",
+    created: str = "",
+    part: bool = False,
+) -> dict:
     return {
-        "t": "header", "format": FORMAT_NAME, "version": list(VERSION), "world_size": world_size,
-        "ranks": sorted(ranks), "mode": mode, "config": config or {}, "torch": torch_version,
-        "created": created, "part": part, "columns": [list(c) for c in COLUMNS],
+        "t": "header",
+        "format": FORMAT_NAME,
+        "version": list(VERSION),
+        "world_size": world_size,
+        "ranks": sorted(ranks),
+        "mode": mode,
+        "config": config or {},
+        "torch": torch_version,
+        "created": created,
+        "part": part,
+        "columns": [list(c) for c in COLUMNS],
     }
 
 
@@ -135,7 +151,7 @@ class TraceWriter:
         data = self._packer.pack(record)
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._fd, view) :]
 
     def atom(self, value: Any) -> int:
         """Intern a msgpack-able value; returns its id. None is -1."""
@@ -144,7 +160,7 @@ class TraceWriter:
     def _flush_atoms(self) -> None:
         values = self._atoms.values
         if len(values) > self._flushed:
-            self._write({"t": "atoms", "base": self._flushed, "v": values[self._flushed:]})
+            self._write({"t": "atoms", "base": self._flushed, "v": values[self._flushed :]})
             self._flushed = len(values)
 
     def group(self, gid: int, name: str, ranks: list[int], desc: str) -> None:
@@ -163,9 +179,16 @@ class TraceWriter:
             chunk = columns if (start, stop) == (0, n) else {k: columns[k][start:stop] for k in COLUMN_NAMES}
             rc = codec.split(chunk, COLUMNS)
             stream = dict(rc.stream, ts=np.round(rc.stream["ts"] * codec.TS_TICKS))
-            self._write({"t": "pblock", "r": rank, "n": stop - start, "k": len(rc.patterns["op"]),
-                         "p": codec.encode_table([rc.patterns[name] for name in PATTERN_COLUMNS]),
-                         "s": [codec.encode(stream[name]) for name in PBLOCK_STREAM]})
+            self._write(
+                {
+                    "t": "pblock",
+                    "r": rank,
+                    "n": stop - start,
+                    "k": len(rc.patterns["op"]),
+                    "p": codec.encode_table([rc.patterns[name] for name in PATTERN_COLUMNS]),
+                    "s": [codec.encode(stream[name]) for name in PBLOCK_STREAM],
+                }
+            )
 
     def end(self, rank: int, n_events: int, status: str = "ok", error: str | None = None) -> None:
         self._flush_atoms()
@@ -220,13 +243,14 @@ class Arena:
     def take(self, n: int) -> tuple[tuple[int, int, int], dict[str, np.ndarray]]:
         if not self.chunks or self.used[-1] + n > len(self.chunks[-1]["code"]):
             size = max(self.CHUNK, n)
-            self.chunks.append({name: np.empty(size, dtype=np.int32 if name == "code" else DTYPES[name])
-                                for name in PBLOCK_STREAM})
+            self.chunks.append(
+                {name: np.empty(size, dtype=np.int32 if name == "code" else DTYPES[name]) for name in PBLOCK_STREAM}
+            )
             self.used.append(0)
         c, start = len(self.chunks) - 1, self.used[-1]
         self.used[-1] = start + n
         self.pieces.append((c, start, start + n))
-        return self.pieces[-1], {name: col[start:start + n] for name, col in self.chunks[c].items()}
+        return self.pieces[-1], {name: col[start : start + n] for name, col in self.chunks[c].items()}
 
     def columns(self, name: str) -> list[np.ndarray]:
         """The buffers of one column, each cut to what was used."""
@@ -239,12 +263,26 @@ class Arena:
 
 
 # Op vocabulary shared by the recorder and the analyzer.
-COLLECTIVE_OPS = frozenset({
-    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_coalesced", "all_gather_into_tensor",
-    "all_gather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_tensor",
-    "reduce_scatter_tensor_coalesced", "broadcast", "reduce", "gather", "scatter", "all_to_all",
-    "all_to_all_single", "barrier",
-})
+COLLECTIVE_OPS = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_coalesced",
+        "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced",
+        "broadcast",
+        "reduce",
+        "gather",
+        "scatter",
+        "all_to_all",
+        "all_to_all_single",
+        "barrier",
+    }
+)
 P2P_OPS = frozenset({"send", "recv"})
 GROUP_OPS = frozenset({"init_process_group", "new_group", "split_group"})
 OTHER_OPS = frozenset({"wait", "mesh", "redistribute"})

@@ -43,8 +43,11 @@ def _portable_config(value, root: str, cwd: str):
         return {k: _portable_config(v, root, cwd) for k, v in value.items()}
     if isinstance(value, list):
         return [_portable_config(v, root, cwd) for v in value]
-    if isinstance(value, str) and (os.path.isabs(value) or value.startswith("..")) and os.path.exists(
-            os.path.join(cwd, value)):
+    if (
+        isinstance(value, str)
+        and (os.path.isabs(value) or value.startswith(".."))
+        and os.path.exists(os.path.join(cwd, value))
+    ):
         return _portable_path(value, root, cwd)
     return value
 
@@ -62,8 +65,9 @@ def canonical(data: fmt.TraceData, root: str, cwd: str) -> fmt.TraceData:
     for aid in frame_ids:
         atoms[aid] = _portable_frame(atoms[aid], root, cwd)
     header = dict(data.header, created="", config=_portable_config(data.header.get("config") or {}, root, cwd))
-    return fmt.TraceData(header=header, atoms=atoms, groups=data.groups, columns=columns, ends=data.ends,
-                         complete=data.complete)
+    return fmt.TraceData(
+        header=header, atoms=atoms, groups=data.groups, columns=columns, ends=data.ends, complete=data.complete
+    )
 
 
 def write_golden(trace_path: str, golden_path: str, root: str, cwd: str | None = None) -> None:

@@ -5,13 +5,23 @@ knows the bytes; torch-free like it."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from traceformat.codec import RankColumns, split
-from traceformat.format import (ATOM_COLUMNS, COLUMN_NAMES, COLUMNS, Arena, AtomTable, TraceData, TraceFormatError,
-                           TraceWriter, default_row)
+from traceformat.format import (
+    ATOM_COLUMNS,
+    COLUMN_NAMES,
+    COLUMNS,
+    Arena,
+    AtomTable,
+    TraceData,
+    TraceFormatError,
+    TraceWriter,
+    default_row,
+)
 from traceformat.reader import read_header, read_trace
 
 
@@ -57,11 +67,15 @@ class _Tables:
 
 def _rank_end(data: TraceData, rank: int) -> dict:
     return data.ends.get(rank) or {
-        "n": len(data.columns.get(rank, {}).get("op", ())), "status": "truncated",
-        "error": "recording stopped before this rank finished"}
+        "n": len(data.columns.get(rank, {}).get("op", ())),
+        "status": "truncated",
+        "error": "recording stopped before this rank finished",
+    }
 
 
-def merge(parts: Iterable[str | os.PathLike], out_path: str | os.PathLike, header_updates: dict | None = None) -> TraceData:
+def merge(
+    parts: Iterable[str | os.PathLike], out_path: str | os.PathLike, header_updates: dict | None = None
+) -> TraceData:
     """Join per-rank parts (rows) into one trace of column blocks, remapping atoms and groups
     to one table. Returns a summary TraceData (header, groups, ends, notes; no columns)."""
     parts = [os.fspath(p) for p in parts]
@@ -178,8 +192,7 @@ def _hashable(v: Any) -> Any:
     return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
 
 
-def write_all(path: str | os.PathLike, header: dict, events: dict[int, list[dict]],
-              groups: list[dict] = ()) -> None:
+def write_all(path: str | os.PathLike, header: dict, events: dict[int, list[dict]], groups: list[dict] = ()) -> None:
     """Write events given as dicts per rank (atom columns as plain values) as one trace.
     For tests and synthetic traces; the recorder streams rows itself."""
     w = TraceWriter(path, header)

@@ -11,9 +11,22 @@ import msgpack
 import numpy as np
 
 from traceformat import codec
-from traceformat.format import (PATTERN_ATOM_AT, DTYPES, PATTERN_GROUP_AT, INT_COLUMNS, PBLOCK_STREAM, ATOM_COLUMNS, BLOCK_EVENTS,
-                           COLUMN_NAMES, COLUMNS, FORMAT_NAME, PATTERN_COLUMNS, VERSION, TraceData,
-                           TraceFormatError)
+from traceformat.format import (
+    ATOM_COLUMNS,
+    BLOCK_EVENTS,
+    COLUMN_NAMES,
+    COLUMNS,
+    DTYPES,
+    FORMAT_NAME,
+    INT_COLUMNS,
+    PATTERN_ATOM_AT,
+    PATTERN_COLUMNS,
+    PATTERN_GROUP_AT,
+    PBLOCK_STREAM,
+    VERSION,
+    TraceData,
+    TraceFormatError,
+)
 
 
 def _check_header(rec: Any, source: str) -> dict:
@@ -25,11 +38,14 @@ def _check_header(rec: Any, source: str) -> dict:
     if version[0] > VERSION[0]:
         raise TraceFormatError(
             f"{source}: trace format v{version[0]}.{version[1]} is newer than this reader "
-            f"(v{VERSION[0]}.{VERSION[1]}); upgrade commtrace")
+            f"(v{VERSION[0]}.{VERSION[1]}); upgrade commtrace"
+        )
     if not isinstance(rec.get("world_size"), int) or rec["world_size"] <= 0:
         raise TraceFormatError(f"{source}: corrupt header (world_size)")
     columns = rec.get("columns")
-    if not isinstance(columns, list) or [tuple(c) for c in columns if isinstance(c, list)][:len(COLUMNS)] != list(COLUMNS):
+    if not isinstance(columns, list) or [tuple(c) for c in columns if isinstance(c, list)][: len(COLUMNS)] != list(
+        COLUMNS
+    ):
         raise TraceFormatError(f"{source}: unsupported column layout")
     return rec
 
@@ -50,8 +66,9 @@ def read_trace(path: str | os.PathLike) -> TraceData:
             raise TraceFormatError(f"{source}: empty file")
         # streamed: the file is never held in memory twice (bins become the column buffers)
         limit = min(max(size, 1 << 20), 1 << 31)
-        unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=min(1 << 24, limit),
-                                    max_buffer_size=limit)
+        unpacker = msgpack.Unpacker(
+            f, raw=False, strict_map_key=False, read_size=min(1 << 24, limit), max_buffer_size=limit
+        )
         trace: TraceData | None = None
         rows: dict[int, list] = {}
         blocks: dict[int, list] = {}
@@ -108,8 +125,11 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
         trace.atoms.extend(rec["v"])
     elif kind == "group":
         trace.groups[int(rec["gid"])] = {
-            "gid": int(rec["gid"]), "name": str(rec["name"]), "ranks": [int(r) for r in rec["ranks"]],
-            "desc": str(rec["desc"])}
+            "gid": int(rec["gid"]),
+            "name": str(rec["name"]),
+            "ranks": [int(r) for r in rec["ranks"]],
+            "desc": str(rec["desc"]),
+        }
     elif kind == "end":
         trace.ends[int(rec["r"])] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": rec.get("error")}
     elif kind == "footer":
@@ -151,8 +171,10 @@ def concat_ranks(pieces: list) -> codec.RankColumns:
         return pieces[0]
     offsets = np.cumsum([0] + [len(p.patterns["op"]) for p in pieces[:-1]])
     patterns = {name: np.concatenate([p.patterns[name] for p in pieces]) for name in pieces[0].patterns}
-    stream = {name: np.concatenate([p.stream[name] + (off if name == "code" else 0) for p, off in zip(pieces, offsets)])
-              for name in pieces[0].stream}
+    stream = {
+        name: np.concatenate([p.stream[name] + (off if name == "code" else 0) for p, off in zip(pieces, offsets)])
+        for name in pieces[0].stream
+    }
     stream["code"] = stream["code"].astype(np.int32)
     return codec.RankColumns(patterns, stream, COLUMN_NAMES)
 

@@ -11,9 +11,13 @@ import sys
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Record every collective, DeviceMesh op and DTensor redistribution of a "
-                       "torch.distributed program, per simulated rank, without a cluster.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Record every collective, DeviceMesh op and DTensor redistribution of a "
+    "torch.distributed program, per simulated rank, without a cluster.",
+)
 
 
 @app.callback()
@@ -29,31 +33,47 @@ def _fail(msg: str) -> None:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def record(
     ctx: typer.Context,
-    config: str = typer.Argument(None, metavar="[CONFIG.toml]", help="A TorchTitan-style job config: records the "
-                                 "built-in Llama workload (or its [job] script / entrypoint)."),
+    config: str = typer.Argument(
+        None,
+        metavar="[CONFIG.toml]",
+        help="A TorchTitan-style job config: records the built-in Llama workload (or its [job] script / entrypoint).",
+    ),
     script: str = typer.Option(None, "--script", help="Python file to run as `python FILE.py ARGS` on every rank."),
     entrypoint: str = typer.Option(None, "--entrypoint", help="Run `package.module:function` instead of a script."),
     world_size: int = typer.Option(None, "--world-size", "-n", help="Number of simulated ranks."),
-    mode: str = typer.Option(None, "--mode", help="fake: a process per rank (fake backend); "
-                                                    "local: one process, LocalTensorMode (SPMD only)."),
+    mode: str = typer.Option(
+        None, "--mode", help="fake: a process per rank (fake backend); local: one process, LocalTensorMode (SPMD only)."
+    ),
     ranks: str = typer.Option(None, "--ranks", help="Ranks to record: all, or e.g. 0,3,8-15."),
     out: str = typer.Option(None, "--out", "-o", help="Output .trace (default: <script>.trace)."),
-    timeout: float = typer.Option(0, "--timeout", help="Kill a rank after this many seconds (0: never); "
-                                                      "what it recorded is kept."),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="Ranks recorded at once (default: one per core, or "
-                                                      "the Ray cluster's CPUs)."),
-    compute: str = typer.Option(None, "--compute", help="Tensor math: real, fake (FakeTensorMode: shapes only; "
-                                "ranks that read a tensor value are re-recorded for real) or auto (default)."),
-    executor: str = typer.Option("local", "--executor", help="Where ranks run: local (process pool) or ray "
-                                 "(tasks on a Ray cluster; parts go to a shared filesystem)."),
-    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to use with --executor ray "
-                                    "(default: $RAY_ADDRESS, else a local Ray cluster)."),
+    timeout: float = typer.Option(
+        0, "--timeout", help="Kill a rank after this many seconds (0: never); what it recorded is kept."
+    ),
+    jobs: int = typer.Option(
+        0, "--jobs", "-j", help="Ranks recorded at once (default: one per core, or the Ray cluster's CPUs)."
+    ),
+    compute: str = typer.Option(
+        None,
+        "--compute",
+        help="Tensor math: real, fake (FakeTensorMode: shapes only; "
+        "ranks that read a tensor value are re-recorded for real) or auto (default).",
+    ),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="Where ranks run: local (process pool) or ray (tasks on a Ray cluster; parts go to a shared filesystem).",
+    ),
+    ray_address: str = typer.Option(
+        None,
+        "--ray-address",
+        help="Ray cluster to use with --executor ray (default: $RAY_ADDRESS, else a local Ray cluster).",
+    ),
 ) -> None:
     """Record a job config or a program; arguments after `--` go to the program."""
+    from traceformat.ranks import parse_ranks
     from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
     from tracer.program import Program
-    from traceformat.ranks import parse_ranks
     from tracer.record import record as run_record
 
     if config is not None and (script is not None or entrypoint is not None) and not config.endswith(".toml"):
@@ -81,16 +101,28 @@ def record(
     except ValueError as e:
         _fail(str(e))
     out = out or (os.path.splitext(os.path.basename(script))[0] if script else entrypoint.split(":")[-1]) + ".trace"
-    _run(run_record, program, world_size=world_size, out=out, mode=ALIASES[mode], ranks=rank_list, compute=used,
-         compute_why=why, timeout=timeout or None, jobs=jobs or None, executor=executor, ray_address=ray_address)
+    _run(
+        run_record,
+        program,
+        world_size=world_size,
+        out=out,
+        mode=ALIASES[mode],
+        ranks=rank_list,
+        compute=used,
+        compute_why=why,
+        timeout=timeout or None,
+        jobs=jobs or None,
+        executor=executor,
+        ray_address=ray_address,
+    )
 
 
 def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compute, run, extra) -> None:
     """`tracer record CONFIG.toml`: options given on the command line override the TOML."""
+    from traceformat.ranks import parse_ranks
     from tracer import config as config_mod
     from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
-    from traceformat.ranks import parse_ranks
     from tracer.record import record as run_record
 
     if script is not None or entrypoint is not None:
@@ -116,8 +148,18 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compu
         _fail(f"{path}: {e}")
     out = out or cfg.tracer.output or os.path.splitext(os.path.basename(path))[0] + ".trace"
     snapshot = dict(cfg.to_dict(), config_file=path)
-    _run(run_record, program, world_size=cfg.world_size, out=out, mode=mode, ranks=rank_list, config=snapshot,
-         compute=used, compute_why=why, **run)
+    _run(
+        run_record,
+        program,
+        world_size=cfg.world_size,
+        out=out,
+        mode=mode,
+        ranks=rank_list,
+        config=snapshot,
+        compute=used,
+        compute_why=why,
+        **run,
+    )
 
 
 def _run(run_record, program, **kwargs) -> None:
@@ -132,21 +174,28 @@ def _report(result) -> None:
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     n = sum(result.n_events.values())
-    typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}",
-               err=True)
+    typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}", err=True)
     if result.errors:
         for line in list(result.errors.values())[:1]:
             typer.echo(f"error: {line}", err=True)
         if len(result.errors) > 1:
-            typer.echo(f"error: {len(result.errors) - 1} more ranks failed: "
-                       f"{', '.join(str(r) for r in list(result.errors)[1:9])}", err=True)
+            typer.echo(
+                f"error: {len(result.errors) - 1} more ranks failed: "
+                f"{', '.join(str(r) for r in list(result.errors)[1:9])}",
+                err=True,
+            )
         raise typer.Exit(2)
 
 
 @app.command()
-def merge(inputs: list[str] = typer.Argument(..., metavar="PARTS...", help="Folders of rank_*.part files "
-                                            "(OUT.trace.parts), .part files, or partial .trace files (shards)."),
-          out: str = typer.Option(..., "--out", "-o", help="Output .trace.")) -> None:
+def merge(
+    inputs: list[str] = typer.Argument(
+        ...,
+        metavar="PARTS...",
+        help="Folders of rank_*.part files (OUT.trace.parts), .part files, or partial .trace files (shards).",
+    ),
+    out: str = typer.Option(..., "--out", "-o", help="Output .trace."),
+) -> None:
     """Join per-rank parts and shards (of an interrupted or sharded recording) into one trace."""
     from traceformat import format as fmt
     from traceformat import parts as trace_parts
@@ -169,13 +218,15 @@ def replay(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before the replay counts as hung and is killed."),
     steps: int = typer.Option(None, "--steps", help="Replay only events of the first K optimizer steps."),
     out: str = typer.Option(None, "--out", "-o", help="The replay's own trace (default: TRACE.replay.trace)."),
-    prefix: bool = typer.Option(False, "--prefix", help="Replay a partial trace (missing ranks, truncated "
-                                                      "streams) up to its common prefix."),
+    prefix: bool = typer.Option(
+        False, "--prefix", help="Replay a partial trace (missing ranks, truncated streams) up to its common prefix."
+    ),
 ) -> None:
     """Re-issue a recorded comm pattern on a real backend, no model. Exit 0 completed (prints time
     and bandwidth per op and group), 1 hung or failed (prints the hang analysis), 2 bad input."""
     from traceformat import format as fmt
-    from tracer.replay import ReplayError, replay as run_replay
+    from tracer.replay import ReplayError
+    from tracer.replay import replay as run_replay
 
     out = out or os.path.splitext(trace)[0] + ".replay.trace"
     try:
@@ -203,8 +254,9 @@ def _analyzer(*args: str) -> int:
     return subprocess.run([sys.executable, "-m", "analyzer", *args]).returncode
 
 
-golden_app = typer.Typer(no_args_is_help=True, help="Golden comm patterns of the examples: re-record them and "
-                                                     "check or update traces/.")
+golden_app = typer.Typer(
+    no_args_is_help=True, help="Golden comm patterns of the examples: re-record them and check or update traces/."
+)
 app.add_typer(golden_app, name="golden")
 
 
@@ -219,8 +271,10 @@ def _recording_errors(errors: dict[str, str]) -> None:
 
 
 @golden_app.command("check")
-def golden_check(examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
-                 traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
+def golden_check(
+    examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
+    traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces."),
+) -> None:
     """Re-record each example and diff it against traces/<name>.trace (`analyzer golden check` on
     the recordings). Exit 0 all equal, 1 any change (the diff is printed), 2 bad input or a failed
     recording."""
@@ -232,16 +286,22 @@ def golden_check(examples: str = typer.Option("examples", "--examples", help="Fo
     with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
         traces, errors = record_all(examples, work)
         _recording_errors(errors)
-        rc = _analyzer("golden", "check", "--examples", examples, "--traces", traces_dir, *traces.values()) \
-            if traces else 0
+        rc = (
+            _analyzer("golden", "check", "--examples", examples, "--traces", traces_dir, *traces.values())
+            if traces
+            else 0
+        )
     raise typer.Exit(2 if errors else rc)
 
 
 @golden_app.command("update")
-def golden_update(given: list[str] = typer.Argument(None, help="Traces to adopt as goldens (matched to examples "
-                                                              "by file name); default: re-record every example."),
-                  examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
-                  traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces.")) -> None:
+def golden_update(
+    given: list[str] = typer.Argument(
+        None, help="Traces to adopt as goldens (matched to examples by file name); default: re-record every example."
+    ),
+    examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
+    traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces."),
+) -> None:
     """Re-record each example (or take the given traces) and rewrite its golden (canonical: ts 0,
     repo-relative paths); commit traces/ afterwards."""
     import tempfile
@@ -273,8 +333,7 @@ def _replay_table(console, result) -> None:
     for col in ("op", "group", "calls", "time (s)", "bytes", "algbw"):
         table.add_column(col, justify="left" if col in ("op", "group") else "right")
     for s in result.stats:
-        table.add_row(s["op"], s["group"], str(s["calls"]), f"{s['seconds']:.4f}", f"{s['bytes']:,}",
-                      _rate(s["algbw"]))
+        table.add_row(s["op"], s["group"], str(s["calls"]), f"{s['seconds']:.4f}", f"{s['bytes']:,}", _rate(s["algbw"]))
     console.print(table)
 
 

@@ -181,21 +181,52 @@ class JobConfig:
 
 
 # TorchTitan sections and keys that cannot change what is communicated: accepted, ignored.
-IGNORED_SECTIONS = frozenset({"profiling", "metrics", "lr_scheduler", "checkpoint", "activation_checkpoint",
-                              "float8", "mx", "memory_estimation", "fault_tolerance", "experimental",
-                              "validation", "compile", "quantize"})
+IGNORED_SECTIONS = frozenset(
+    {
+        "profiling",
+        "metrics",
+        "lr_scheduler",
+        "checkpoint",
+        "activation_checkpoint",
+        "float8",
+        "mx",
+        "memory_estimation",
+        "fault_tolerance",
+        "experimental",
+        "validation",
+        "compile",
+        "quantize",
+    }
+)
 IGNORED_KEYS = {
-    "job": {"config_file", "dump_folder", "description", "use_for_integration_test", "print_args",
-            "print_config"},
+    "job": {"config_file", "dump_folder", "description", "use_for_integration_test", "print_args", "print_config"},
     "model": {"flavor", "tokenizer_path", "hf_assets_path", "converters", "print_after_conversion"},
     "optimizer": {"beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
-    "training": {"dataset", "dataset_path", "global_batch_size", "max_norm", "seed", "deterministic",
-                 "gc_freq", "gc_debug", "compile", "enable_cpu_offload", "mixed_precision_param",
-                 "mixed_precision_reduce", "warmup_steps"},
-    "parallelism": {"enable_compiled_autograd", "disable_loss_parallel", "enable_async_tensor_parallel",
-                    "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
-                    "pipeline_parallel_schedule_csv", "context_parallel_rotate_method",
-                    "expert_tensor_parallel_degree"},
+    "training": {
+        "dataset",
+        "dataset_path",
+        "global_batch_size",
+        "max_norm",
+        "seed",
+        "deterministic",
+        "gc_freq",
+        "gc_debug",
+        "compile",
+        "enable_cpu_offload",
+        "mixed_precision_param",
+        "mixed_precision_reduce",
+        "warmup_steps",
+    },
+    "parallelism": {
+        "enable_compiled_autograd",
+        "disable_loss_parallel",
+        "enable_async_tensor_parallel",
+        "pipeline_parallel_split_points",
+        "pipeline_parallel_layers_per_stage",
+        "pipeline_parallel_schedule_csv",
+        "context_parallel_rotate_method",
+        "expert_tensor_parallel_degree",
+    },
     "comm": {"init_timeout_seconds", "train_timeout_seconds", "trace_buf_size", "save_traces_folder"},
 }
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(JobConfig)}
@@ -250,8 +281,15 @@ def _did_you_mean(word: str, choices) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-_TYPES = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,), "list[str]": (list,),
-          "list[int]": (list,), "None": (type(None),)}
+_TYPES = {
+    "int": (int,),
+    "float": (float, int),
+    "str": (str,),
+    "bool": (bool,),
+    "list[str]": (list,),
+    "list[int]": (list,),
+    "None": (type(None),),
+}
 
 
 def _typed(key: str, value, annotation: str):
@@ -271,12 +309,13 @@ def ranks_spec(cfg: JobConfig) -> str:
     return r if isinstance(r, str) else ",".join(str(x) for x in r)
 
 
-
 def check_mode(cfg: JobConfig, mode: str) -> None:
     """Refuse, before anything runs, what the chosen mode cannot simulate."""
     if mode == "local" and cfg.builtin and cfg.parallelism.pipeline_parallel_degree > 1:
-        raise ValueError("comm.mode: pipeline parallel needs p2p send/recv, which local_tensor mode cannot "
-                         "simulate (LocalTensor runs all ranks in lockstep): use fake_backend (--mode fake)")
+        raise ValueError(
+            "comm.mode: pipeline parallel needs p2p send/recv, which local_tensor mode cannot "
+            "simulate (LocalTensor runs all ranks in lockstep): use fake_backend (--mode fake)"
+        )
 
 
 WORKLOAD = "tracer.workloads.train:main"

@@ -10,23 +10,30 @@ def check(cfg: JobConfig) -> None:
     """Fill derived values (-1 shard degree, world size) and refuse what cannot run."""
     p, m, t = cfg.parallelism, cfg.model, cfg.training
     if cfg.comm.mode not in ("fake_backend", "local_tensor"):
-        raise ValueError(f"comm.mode must be \"fake_backend\" or \"local_tensor\", got {cfg.comm.mode!r}")
+        raise ValueError(f'comm.mode must be "fake_backend" or "local_tensor", got {cfg.comm.mode!r}')
     if cfg.job.script is not None and cfg.job.entrypoint is not None:
         raise ValueError("job: give job.script or job.entrypoint, not both")
-    for key in ("data_parallel_replicate_degree", "tensor_parallel_degree", "pipeline_parallel_degree",
-                "expert_parallel_degree"):
+    for key in (
+        "data_parallel_replicate_degree",
+        "tensor_parallel_degree",
+        "pipeline_parallel_degree",
+        "expert_parallel_degree",
+    ):
         if getattr(p, key) < 1:
             raise ValueError(f"parallelism.{key} must be at least 1, got {getattr(p, key)}")
     if p.context_parallel_degree != 1:
         raise ValueError("parallelism.context_parallel_degree: context parallel is not modelled (use 1)")
     if p.data_parallel_shard_degree == 0 or p.data_parallel_shard_degree < -1:
-        raise ValueError(f"parallelism.data_parallel_shard_degree must be -1 or at least 1, "
-                         f"got {p.data_parallel_shard_degree}")
+        raise ValueError(
+            f"parallelism.data_parallel_shard_degree must be -1 or at least 1, got {p.data_parallel_shard_degree}"
+        )
     if p.fsdp_reshard_after_forward not in ("default", "always", "never", True, False):
-        raise ValueError(f"parallelism.fsdp_reshard_after_forward must be \"default\", \"always\", \"never\" "
-                         f"or a bool, got {p.fsdp_reshard_after_forward!r}")
+        raise ValueError(
+            f'parallelism.fsdp_reshard_after_forward must be "default", "always", "never" '
+            f"or a bool, got {p.fsdp_reshard_after_forward!r}"
+        )
     if cfg.tracer.compute not in ("auto", "fake", "real"):
-        raise ValueError(f"tracer.compute must be \"auto\", \"fake\" or \"real\", got {cfg.tracer.compute!r}")
+        raise ValueError(f'tracer.compute must be "auto", "fake" or "real", got {cfg.tracer.compute!r}')
     if cfg.tracer.world_size < 0:
         raise ValueError(f"tracer.world_size must be at least 1, got {cfg.tracer.world_size}")
     if not cfg.builtin:  # a user's program: the parallel degrees are its business
@@ -35,7 +42,7 @@ def check(cfg: JobConfig) -> None:
         return
     _check_degrees(cfg)
     if m.name != "llama3":
-        raise ValueError(f"model.name: only the built-in \"llama3\" workload is provided, got {m.name!r}")
+        raise ValueError(f'model.name: only the built-in "llama3" workload is provided, got {m.name!r}')
     for key in ("dim", "n_layers", "n_heads", "vocab_size", "multiple_of"):
         if getattr(m, key) < 1:
             raise ValueError(f"model.{key} must be at least 1, got {getattr(m, key)}")
@@ -49,13 +56,19 @@ def check(cfg: JobConfig) -> None:
     if m.head_dim % 2:
         raise ValueError(f"model.dim: head dim {m.head_dim} must be even for rotary embeddings")
     tp = p.tensor_parallel_degree
-    for key, value in (("n_heads", m.n_heads), ("n_kv_heads", m.kv_heads), ("vocab_size", m.vocab_size),
-                       ("dim", m.dim)):
+    for key, value in (
+        ("n_heads", m.n_heads),
+        ("n_kv_heads", m.kv_heads),
+        ("vocab_size", m.vocab_size),
+        ("dim", m.dim),
+    ):
         if value % tp:
             raise ValueError(f"model.{key}: {value} is not divisible by parallelism.tensor_parallel_degree={tp}")
     if p.enable_sequence_parallel and tp > 1 and t.seq_len % tp:
-        raise ValueError(f"training.seq_len: {t.seq_len} is not divisible by parallelism.tensor_parallel_degree="
-                         f"{tp} (sequence parallel shards the sequence)")
+        raise ValueError(
+            f"training.seq_len: {t.seq_len} is not divisible by parallelism.tensor_parallel_degree="
+            f"{tp} (sequence parallel shards the sequence)"
+        )
     _check_moe(cfg)
     _check_pipeline(cfg)
 
@@ -68,17 +81,21 @@ def _check_degrees(cfg: JobConfig) -> None:
         if world == 0:
             p.data_parallel_shard_degree = 1
         elif world % others:
-            raise ValueError(f"parallelism.data_parallel_shard_degree=-1 cannot fill tracer.world_size={world}: "
-                             f"the other degrees multiply to {others}, which does not divide it")
+            raise ValueError(
+                f"parallelism.data_parallel_shard_degree=-1 cannot fill tracer.world_size={world}: "
+                f"the other degrees multiply to {others}, which does not divide it"
+            )
         else:
             p.data_parallel_shard_degree = world // others
     product = others * p.data_parallel_shard_degree
     if world == 0:
         cfg.tracer.world_size = product
     elif product != world:
-        raise ValueError(f"parallelism: degrees multiply to {product} (dp_replicate {p.data_parallel_replicate_degree}"
-                         f" x dp_shard {p.data_parallel_shard_degree} x tp {p.tensor_parallel_degree} x pp "
-                         f"{p.pipeline_parallel_degree}), but tracer.world_size is {world}")
+        raise ValueError(
+            f"parallelism: degrees multiply to {product} (dp_replicate {p.data_parallel_replicate_degree}"
+            f" x dp_shard {p.data_parallel_shard_degree} x tp {p.tensor_parallel_degree} x pp "
+            f"{p.pipeline_parallel_degree}), but tracer.world_size is {world}"
+        )
 
 
 def _check_moe(cfg: JobConfig) -> None:
@@ -91,43 +108,58 @@ def _check_moe(cfg: JobConfig) -> None:
     if m.n_experts == 0:
         raise ValueError("parallelism.expert_parallel_degree > 1 needs an MoE model: set model.n_experts")
     if p.data_parallel_shard_degree % ep:
-        raise ValueError(f"parallelism.expert_parallel_degree: {ep} must divide data_parallel_shard_degree="
-                         f"{p.data_parallel_shard_degree} (experts are sharded over part of dp_shard, as "
-                         f"TorchTitan's dp2ep does)")
+        raise ValueError(
+            f"parallelism.expert_parallel_degree: {ep} must divide data_parallel_shard_degree="
+            f"{p.data_parallel_shard_degree} (experts are sharded over part of dp_shard, as "
+            f"TorchTitan's dp2ep does)"
+        )
     if m.n_experts % ep:
         raise ValueError(f"model.n_experts: {m.n_experts} is not divisible by parallelism.expert_parallel_degree={ep}")
     if p.tensor_parallel_degree > 1:
-        raise ValueError("parallelism.expert_parallel_degree: expert parallel together with tensor parallel is "
-                         "not modelled (use tensor_parallel_degree = 1)")
+        raise ValueError(
+            "parallelism.expert_parallel_degree: expert parallel together with tensor parallel is "
+            "not modelled (use tensor_parallel_degree = 1)"
+        )
 
 
 def _check_pipeline(cfg: JobConfig) -> None:
     p, m, t = cfg.parallelism, cfg.model, cfg.training
     if p.pipeline_parallel_schedule not in SCHEDULES:
-        raise ValueError(f"parallelism.pipeline_parallel_schedule must be one of {', '.join(SCHEDULES)}, got "
-                         f"{p.pipeline_parallel_schedule!r}{_did_you_mean(p.pipeline_parallel_schedule, SCHEDULES)}")
+        raise ValueError(
+            f"parallelism.pipeline_parallel_schedule must be one of {', '.join(SCHEDULES)}, got "
+            f"{p.pipeline_parallel_schedule!r}{_did_you_mean(p.pipeline_parallel_schedule, SCHEDULES)}"
+        )
     if p.microbatches is not None and p.pipeline_parallel_microbatch_size is not None:
         raise ValueError("parallelism.microbatches: give it or pipeline_parallel_microbatch_size, not both")
     if p.pipeline_parallel_degree == 1:
         return
     if p.pipeline_parallel_microbatch_size is not None and (
-            p.pipeline_parallel_microbatch_size < 1 or t.local_batch_size % p.pipeline_parallel_microbatch_size):
-        raise ValueError(f"parallelism.pipeline_parallel_microbatch_size: {p.pipeline_parallel_microbatch_size} "
-                         f"does not divide training.local_batch_size={t.local_batch_size}")
+        p.pipeline_parallel_microbatch_size < 1 or t.local_batch_size % p.pipeline_parallel_microbatch_size
+    ):
+        raise ValueError(
+            f"parallelism.pipeline_parallel_microbatch_size: {p.pipeline_parallel_microbatch_size} "
+            f"does not divide training.local_batch_size={t.local_batch_size}"
+        )
     n_mb, stages = cfg.n_microbatches, cfg.n_stages
     if n_mb < 1 or t.local_batch_size % n_mb:
-        raise ValueError(f"parallelism.microbatches: {n_mb} microbatches do not split training.local_batch_size="
-                         f"{t.local_batch_size}")
+        raise ValueError(
+            f"parallelism.microbatches: {n_mb} microbatches do not split training.local_batch_size={t.local_batch_size}"
+        )
     if m.n_layers % stages:
-        raise ValueError(f"parallelism.pipeline_parallel_schedule: {p.pipeline_parallel_schedule} needs "
-                         f"{stages} stages ({p.pipeline_parallel_degree} ranks x "
-                         f"{STAGES_PER_RANK[p.pipeline_parallel_schedule]}), which model.n_layers={m.n_layers} "
-                         f"does not split into")
+        raise ValueError(
+            f"parallelism.pipeline_parallel_schedule: {p.pipeline_parallel_schedule} needs "
+            f"{stages} stages ({p.pipeline_parallel_degree} ranks x "
+            f"{STAGES_PER_RANK[p.pipeline_parallel_schedule]}), which model.n_layers={m.n_layers} "
+            f"does not split into"
+        )
     if p.pipeline_parallel_schedule == "1F1B" and n_mb < p.pipeline_parallel_degree:
-        raise ValueError(f"parallelism.microbatches: 1F1B needs at least pipeline_parallel_degree="
-                         f"{p.pipeline_parallel_degree} microbatches, got {n_mb}")
+        raise ValueError(
+            f"parallelism.microbatches: 1F1B needs at least pipeline_parallel_degree="
+            f"{p.pipeline_parallel_degree} microbatches, got {n_mb}"
+        )
     if p.pipeline_parallel_schedule == "Interleaved1F1B":
         rounds = max(1, n_mb // p.pipeline_parallel_degree)
         if n_mb % rounds:
-            raise ValueError(f"parallelism.microbatches: Interleaved1F1B needs a multiple of {rounds} "
-                             f"microbatches, got {n_mb}")
+            raise ValueError(
+                f"parallelism.microbatches: Interleaved1F1B needs a multiple of {rounds} microbatches, got {n_mb}"
+            )

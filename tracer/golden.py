@@ -36,8 +36,15 @@ def record_example(path: str, out: str, root: str) -> None:
         mode = ALIASES[cfg.comm.mode]
         config_mod.check_mode(cfg, mode)
         snapshot = dict(cfg.to_dict(), config_file=os.path.relpath(path, root))
-        res = record(config_mod.program(cfg), world_size=cfg.world_size, out=out, mode=mode,
-                     ranks=parse_ranks(config_mod.ranks_spec(cfg), cfg.world_size), config=snapshot, progress=False)
+        res = record(
+            config_mod.program(cfg),
+            world_size=cfg.world_size,
+            out=out,
+            mode=mode,
+            ranks=parse_ranks(config_mod.ranks_spec(cfg), cfg.world_size),
+            config=snapshot,
+            progress=False,
+        )
     else:
         res = record(Program(script=path), world_size=script_world_size(path), out=out, progress=False)
     if res.errors:

@@ -16,11 +16,11 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from tracer import executors
 from traceformat import parts as trace_parts
+from traceformat.ranks import ranks_text
+from tracer import executors
 from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
-from traceformat.ranks import ranks_text
 
 
 @dataclass(kw_only=True, slots=True)
@@ -41,10 +41,22 @@ class RecordResult:
     """Things the user should know (e.g. ranks re-recorded with real compute), one line each."""
 
 
-def record(program: Program, *, world_size: int, out: str, mode: str = "fake", ranks: list[int] | None = None,
-           config: dict | None = None, timeout: float | None = None, jobs: int | None = None,
-           progress: bool = True, compute: str = "real", compute_why: str = "", executor: str = "local",
-           ray_address: str | None = None) -> RecordResult:
+def record(
+    program: Program,
+    *,
+    world_size: int,
+    out: str,
+    mode: str = "fake",
+    ranks: list[int] | None = None,
+    config: dict | None = None,
+    timeout: float | None = None,
+    jobs: int | None = None,
+    progress: bool = True,
+    compute: str = "real",
+    compute_why: str = "",
+    executor: str = "local",
+    ray_address: str | None = None,
+) -> RecordResult:
     """`compute`: "real" or "fake" (fake mode only; see tracer/compute.py), `compute_why` the
     reason for it, kept in the trace header. `executor`: "local" or "ray" (tracer/executors)."""
     program.check()
@@ -63,17 +75,24 @@ def record(program: Program, *, world_size: int, out: str, mode: str = "fake", r
     shutil.rmtree(parts_dir, ignore_errors=True)
     os.makedirs(parts_dir)
     workers = jobs or os.cpu_count() or 1
-    common = dict(program=program, mode=mode, world_size=world_size, parts_dir=parts_dir,
-                  config=dict(config or {}, program=program.label, args=program.args, ranks=ranks),
-                  root=os.getcwd(), threads=_threads(workers, len(ranks) if mode == "fake" else 1))
+    common = dict(
+        program=program,
+        mode=mode,
+        world_size=world_size,
+        parts_dir=parts_dir,
+        config=dict(config or {}, program=program.label, args=program.args, ranks=ranks),
+        root=os.getcwd(),
+        threads=_threads(workers, len(ranks) if mode == "fake" else 1),
+    )
     if mode == "fake":
         todo = [Job(ranks=[r], compute=compute, **common) for r in ranks]
     else:
         todo = [Job(ranks=ranks, **common)]
     start = time.perf_counter()
     result = RecordResult(out=out, ranks=ranks)
-    run = lambda js: executors.run(executor, js, workers=workers, timeout=timeout, progress=progress,
-                                   ray_address=ray_address)
+    run = lambda js: executors.run(
+        executor, js, workers=workers, timeout=timeout, progress=progress, ray_address=ray_address
+    )
     try:
         outcomes = run(todo)
     except ValueError:  # the executor could not start (e.g. no Ray cluster there): nothing recorded
@@ -88,8 +107,12 @@ def record(program: Program, *, world_size: int, out: str, mode: str = "fake", r
     result.compute = {r: job.compute for job in todo for r in job.ranks}
     parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in ranks]
     present = [p for p in parts if os.path.exists(p)]
-    header = {"world_size": world_size, "mode": mode, "compute": _compute_header(result.compute),
-              "compute_why": compute_why if not again else result.notes[-1]}
+    header = {
+        "world_size": world_size,
+        "mode": mode,
+        "compute": _compute_header(result.compute),
+        "compute_why": compute_why if not again else result.notes[-1],
+    }
     summary = trace_parts.merge(present, out, header) if present else None
     for job, code in zip(todo, outcomes):
         for r in job.ranks:
@@ -158,8 +181,10 @@ def _note_fallback(result: RecordResult, jobs: list[Job]) -> None:
         why = (end or {}).get("error") or ""
     except Exception:
         pass
-    result.notes.append(f"fake compute: {len(ranks)} rank(s) read tensor values it does not have, recorded again "
-                        f"with real compute (ranks {ranks_text(ranks)}){': ' + why if why else ''}")
+    result.notes.append(
+        f"fake compute: {len(ranks)} rank(s) read tensor values it does not have, recorded again "
+        f"with real compute (ranks {ranks_text(ranks)}){': ' + why if why else ''}"
+    )
 
 
 def _compute_header(per_rank: dict[int, str]) -> str:

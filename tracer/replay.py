@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import multiprocessing.connection
-from multiprocessing import resource_tracker
 import os
 import shutil
 import signal
@@ -22,6 +21,7 @@ import socket
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 
 from traceformat import format as fmt
 from traceformat import parts as trace_parts
@@ -83,12 +83,17 @@ def plan(data: fmt.TraceData, *, steps: int | None = None, prefix: bool = False)
     world = data.header["world_size"]
     streams = {r: rank_events(data, r) for r in range(world)}
     missing = [r for r in range(world) if r not in data.columns and r not in data.header.get("ranks", [])]
-    unfinished = [r for r in range(world) if r not in missing and
-                  data.ends.get(r, {}).get("status") != "ok"]
+    unfinished = [r for r in range(world) if r not in missing and data.ends.get(r, {}).get("status") != "ok"]
     notes = []
     if missing or unfinished:
-        what = "; ".join(x for x in (f"ranks {_ranks(missing)} missing" if missing else "",
-                                     f"streams of ranks {_ranks(unfinished)} truncated" if unfinished else "") if x)
+        what = "; ".join(
+            x
+            for x in (
+                f"ranks {_ranks(missing)} missing" if missing else "",
+                f"streams of ranks {_ranks(unfinished)} truncated" if unfinished else "",
+            )
+            if x
+        )
         if not prefix:
             raise ReplayError(f"{what}: cannot replay a partial trace (--prefix replays the common prefix)")
         notes.append(f"{what}: replaying the common prefix")
@@ -97,8 +102,14 @@ def plan(data: fmt.TraceData, *, steps: int | None = None, prefix: bool = False)
             raise ReplayError("the trace holds no rank's events")
         for r in missing:  # a missing rank still has to take part in every group creation
             streams[r] = [dict(ev) for ev in streams[donor] if ev["op"] in ("init_process_group", "new_group")]
-    keep = {r: [ev for ev in evs if ev["op"] in fmt.GROUP_OPS or
-                (ev["op"] in _COMM and (steps is None or ev["step"] < steps))] for r, evs in streams.items()}
+    keep = {
+        r: [
+            ev
+            for ev in evs
+            if ev["op"] in fmt.GROUP_OPS or (ev["op"] in _COMM and (steps is None or ev["step"] < steps))
+        ]
+        for r, evs in streams.items()
+    }
     for r, evs in keep.items():  # waits on the ops kept (a wait outside --steps would wait on nothing)
         kept = {ev["idx"] for ev in evs}
         waits = [ev for ev in streams[r] if ev["op"] == "wait" and ev["ref"] in kept]
@@ -114,12 +125,14 @@ def common_prefix(streams: dict[int, list[dict]], groups: dict[int, dict]) -> di
     recv without its partner. Cuts only shorten streams, so iterating reaches a fixpoint."""
     cut = {r: len(evs) for r, evs in streams.items()}
     while True:
-        creations = min(sum(ev["op"] != "split_group" and ev["op"] in fmt.GROUP_OPS for ev in evs[:cut[r]])
-                        for r, evs in streams.items())
+        creations = min(
+            sum(ev["op"] != "split_group" and ev["op"] in fmt.GROUP_OPS for ev in evs[: cut[r]])
+            for r, evs in streams.items()
+        )
         coll: Counter = Counter()
         p2p: Counter = Counter()
         for r, evs in streams.items():
-            for ev in evs[:cut[r]]:
+            for ev in evs[: cut[r]]:
                 if ev["op"] in fmt.COLLECTIVE_OPS:
                     coll[(ev["group"], r)] += 1
                 elif ev["op"] in fmt.P2P_OPS:
@@ -127,7 +140,7 @@ def common_prefix(streams: dict[int, list[dict]], groups: dict[int, dict]) -> di
         changed = False
         for r, evs in streams.items():
             made, seen_c, seen_p = 0, Counter(), Counter()
-            for i, ev in enumerate(evs[:cut[r]]):
+            for i, ev in enumerate(evs[: cut[r]]):
                 op, g = ev["op"], ev["group"]
                 if op in fmt.GROUP_OPS and op != "split_group":
                     made += 1
@@ -148,8 +161,8 @@ def common_prefix(streams: dict[int, list[dict]], groups: dict[int, dict]) -> di
             break
     out = {}
     for r, evs in streams.items():  # drop waits whose op was cut
-        kept = {ev["idx"] for ev in evs[:cut[r]]}
-        out[r] = [ev for ev in evs[:cut[r]] if ev["op"] != "wait" or ev["ref"] in kept]
+        kept = {ev["idx"] for ev in evs[: cut[r]]}
+        out[r] = [ev for ev in evs[: cut[r]] if ev["op"] != "wait" or ev["ref"] in kept]
     return out
 
 
@@ -176,8 +189,16 @@ def summarize(stats: dict[int, list], groups: dict[int, dict]) -> list[dict]:
     out = []
     for (op, gid), (calls, secs, nbytes) in sorted(acc.items(), key=lambda kv: -kv[1][1]):
         g = groups.get(gid, {})
-        out.append({"op": op, "group": _group_label(g), "calls": calls,
-                    "seconds": secs, "bytes": nbytes, "algbw": nbytes / secs if secs > 0 else 0.0})
+        out.append(
+            {
+                "op": op,
+                "group": _group_label(g),
+                "calls": calls,
+                "seconds": secs,
+                "bytes": nbytes,
+                "algbw": nbytes / secs if secs > 0 else 0.0,
+            }
+        )
     return out
 
 
@@ -211,8 +232,15 @@ def _kill_all(procs: list) -> None:
         proc.join()
 
 
-def replay(trace_path: str, *, out: str, timeout: float = 60.0, steps: int | None = None,
-           prefix: bool = False, backend: str = "gloo") -> ReplayResult:
+def replay(
+    trace_path: str,
+    *,
+    out: str,
+    timeout: float = 60.0,
+    steps: int | None = None,
+    prefix: bool = False,
+    backend: str = "gloo",
+) -> ReplayResult:
     if backend != "gloo":
         raise ReplayError(f"--backend {backend}: only gloo (CPU) is supported here")
     data = trace_reader.read_trace(trace_path)
@@ -231,8 +259,16 @@ def replay(trace_path: str, *, out: str, timeout: float = 60.0, steps: int | Non
     start = time.perf_counter()
     try:
         for r in range(p.world_size):
-            kwargs = dict(rank=r, world_size=p.world_size, init_method=init, plan=p.events[r], groups=p.groups,
-                          parts_dir=parts_dir, config=config, timeout_s=timeout)
+            kwargs = dict(
+                rank=r,
+                world_size=p.world_size,
+                init_method=init,
+                plan=p.events[r],
+                groups=p.groups,
+                parts_dir=parts_dir,
+                config=config,
+                timeout_s=timeout,
+            )
             proc = ctx.Process(target=_child, args=(kwargs, os.path.join(parts_dir, f"rank_{r:05d}.log")))
             proc.start()
             procs.append(proc)
@@ -242,8 +278,9 @@ def replay(trace_path: str, *, out: str, timeout: float = 60.0, steps: int | Non
         ready = False
         while any(pr.is_alive() for pr in procs) and time.monotonic() < deadline:
             mp.connection.wait([pr.sentinel for pr in procs if pr.is_alive()], timeout=0.1)
-            if not ready and all(os.path.exists(os.path.join(parts_dir, f"ready_{r:05d}"))
-                                 for r in range(p.world_size)):
+            if not ready and all(
+                os.path.exists(os.path.join(parts_dir, f"ready_{r:05d}")) for r in range(p.world_size)
+            ):
                 ready, deadline = True, time.monotonic() + timeout
         hung = any(pr.is_alive() for pr in procs)
     finally:
@@ -259,8 +296,11 @@ def replay(trace_path: str, *, out: str, timeout: float = 60.0, steps: int | Non
     for r in range(p.world_size):
         end = summary.ends.get(r)
         if end is None or end["status"] != "ok":
-            why = (end or {}).get("error") if (end or {}).get("status") == "error" else (
-                "stuck, killed at the timeout" if hung else "exited before finishing")
+            why = (
+                (end or {}).get("error")
+                if (end or {}).get("status") == "error"
+                else ("stuck, killed at the timeout" if hung else "exited before finishing")
+            )
             result.errors[r] = f"rank {r}: {why} (log: {os.path.join(parts_dir, f'rank_{r:05d}.log')})"
         path = os.path.join(parts_dir, f"stats_{r:05d}.json")
         if os.path.exists(path):

@@ -22,8 +22,17 @@ from traceformat import format as fmt
 from tracer.capture.recorder import Call, GroupRef, Recorder
 
 # gloo has no AVG; PREMUL_SUM is NCCL-only. The wait pattern is what replay reproduces, not values.
-_REDUCE = {"sum": "SUM", "avg": "SUM", "product": "PRODUCT", "min": "MIN", "max": "MAX", "band": "BAND",
-           "bor": "BOR", "bxor": "BXOR", "premul_sum": "SUM"}
+_REDUCE = {
+    "sum": "SUM",
+    "avg": "SUM",
+    "product": "PRODUCT",
+    "min": "MIN",
+    "max": "MAX",
+    "band": "BAND",
+    "bor": "BOR",
+    "bxor": "BXOR",
+    "premul_sum": "SUM",
+}
 
 
 class ReplayRecorder(Recorder):
@@ -112,8 +121,18 @@ class RankReplay:
         root = _group_rank(pg, ev["peer"]) if ev["op"] in ("broadcast", "reduce", "gather", "scatter") else None
         peer = _group_rank(pg, ev["peer"]) if ev["op"] in fmt.P2P_OPS else None
         splits = tuple(ev["splits"]) if ev["splits"] else None
-        return Call(ev["op"], pg, _tensors(ev["in_shapes"], dt), _tensors(ev["out_shapes"], dt), ev["reduce_op"],
-                    root=root, peer=peer, tag=max(ev["tag"], 0), splits=splits, async_op=bool(ev["async_op"]))
+        return Call(
+            ev["op"],
+            pg,
+            _tensors(ev["in_shapes"], dt),
+            _tensors(ev["out_shapes"], dt),
+            ev["reduce_op"],
+            root=root,
+            peer=peer,
+            tag=max(ev["tag"], 0),
+            splits=splits,
+            async_op=bool(ev["async_op"]),
+        )
 
     def _batch(self, evs: list[dict], pg) -> None:
         ops, indices = [], []
@@ -166,9 +185,10 @@ def _run(call: Call, ev: dict, pg):
     if op in ("all_gather_into_tensor_coalesced", "all_gather_coalesced"):
         if op == "all_gather_coalesced":  # outputs come as one list per input: gather them flat
             n = len(outs) // max(len(ins), 1)
-            outs = [torch.cat([o.reshape(-1) for o in outs[k * n:(k + 1) * n]]) for k in range(len(ins))]
-        return _coalesced([lambda o=o, i=i: dist.all_gather_into_tensor(o, i, group=pg) for o, i in zip(outs, ins)],
-                          pg, a)
+            outs = [torch.cat([o.reshape(-1) for o in outs[k * n : (k + 1) * n]]) for k in range(len(ins))]
+        return _coalesced(
+            [lambda o=o, i=i: dist.all_gather_into_tensor(o, i, group=pg) for o, i in zip(outs, ins)], pg, a
+        )
     if op in ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"):
         # gloo has no reduce_scatter: an all_reduce of the input enters and leaves the group at
         # the same points (every member, one instance), which is what a replay must reproduce
@@ -185,8 +205,9 @@ def _run(call: Call, ev: dict, pg):
     if op == "all_to_all":
         # gloo has only the single-tensor all_to_all: flatten the lists and pass their sizes
         ins_f, outs_f = torch.cat([t.reshape(-1) for t in ins]), torch.cat([t.reshape(-1) for t in outs])
-        return dist.all_to_all_single(outs_f, ins_f, [t.numel() for t in outs], [t.numel() for t in ins],
-                                      group=pg, async_op=a)
+        return dist.all_to_all_single(
+            outs_f, ins_f, [t.numel() for t in outs], [t.numel() for t in ins], group=pg, async_op=a
+        )
     if op == "all_to_all_single":
         in_s, out_s = (list(s) for s in ev["splits"]) if ev["splits"] else (None, None)
         return dist.all_to_all_single(outs[0], ins[0], out_s, in_s, group=pg, async_op=a)
@@ -210,8 +231,17 @@ def _coalesced(issues: list, pg, async_op: bool):
     return None
 
 
-def replay_rank(*, rank: int, world_size: int, init_method: str, plan: list[dict], groups: dict[int, dict],
-                parts_dir: str, config: dict, timeout_s: float) -> int:
+def replay_rank(
+    *,
+    rank: int,
+    world_size: int,
+    init_method: str,
+    plan: list[dict],
+    groups: dict[int, dict],
+    parts_dir: str,
+    config: dict,
+    timeout_s: float,
+) -> int:
     """The body of one replay process. Returns its exit status (0 ok, 3 failed)."""
     os.setpgrp()  # own process group: the driver kills it with everything it started
     timeout = datetime.timedelta(seconds=max(timeout_s, 1.0) + 600)  # the driver's timeout governs
@@ -230,8 +260,11 @@ def replay_rank(*, rank: int, world_size: int, init_method: str, plan: list[dict
                 continue
             batch = [ev]
             if ev["batch"] >= 0 and ev["op"] in fmt.P2P_OPS:  # one batch_isend_irecv
-                while i + len(batch) < len(plan) and plan[i + len(batch)]["batch"] == ev["batch"] \
-                        and plan[i + len(batch)]["op"] in fmt.P2P_OPS:
+                while (
+                    i + len(batch) < len(plan)
+                    and plan[i + len(batch)]["batch"] == ev["batch"]
+                    and plan[i + len(batch)]["op"] in fmt.P2P_OPS
+                ):
                     batch.append(plan[i + len(batch)])
             state.issue(batch)
             i += len(batch)

@@ -33,6 +33,7 @@ def _without_cycle_symptoms(found: list[Finding]) -> list[Finding]:
 
     def symptom(f: Finding) -> bool:
         return f.kind == "missing_collective" and any(
-            set(f.culprit_ranks) <= set(c.ranks) and f.group in c.extra.get("groups", []) for c in cycles)
+            set(f.culprit_ranks) <= set(c.ranks) and f.group in c.extra.get("groups", []) for c in cycles
+        )
 
     return [f for f in found if not symptom(f)]

@@ -23,14 +23,28 @@ from analyzer.findings import Finding, group_text, ranks_text
 from analyzer.trace import Trace
 from traceformat.format import COLLECTIVE_OPS
 
-KEY_IN = ["all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather_into_tensor",
-          "all_gather_into_tensor_coalesced", "all_gather", "all_gather_coalesced", "gather"]
+KEY_IN = [
+    "all_reduce",
+    "all_reduce_coalesced",
+    "broadcast",
+    "reduce",
+    "all_gather_into_tensor",
+    "all_gather_into_tensor_coalesced",
+    "all_gather",
+    "all_gather_coalesced",
+    "gather",
+]
 KEY_OUT = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter", "scatter"]
 ROOTED = ["broadcast", "reduce", "gather", "scatter"]
 GATHERS = ["all_gather_into_tensor", "all_gather_into_tensor_coalesced", "all_gather", "all_gather_coalesced"]
 SCATTERS = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter"]
-FIELDS = (("op", "op_mismatch"), ("dtype", "dtype_mismatch"), ("reduce_op", "reduce_op_mismatch"),
-          ("root", "root_mismatch"), ("key", "shape_mismatch"))
+FIELDS = (
+    ("op", "op_mismatch"),
+    ("dtype", "dtype_mismatch"),
+    ("reduce_op", "reduce_op_mismatch"),
+    ("root", "root_mismatch"),
+    ("key", "shape_mismatch"),
+)
 
 
 def collective_patterns(trace: Trace) -> pl.DataFrame:
@@ -39,14 +53,20 @@ def collective_patterns(trace: Trace) -> pl.DataFrame:
     skip = conflicting_gids(trace)
     return (
         trace.patterns.with_columns(op=pl.col("op").cast(pl.String))
-        .filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS)) & (pl.col("group") >= 0)
-                & ~pl.col("group").is_in(sorted(skip)))
-        .select("code", "group", "op", "dtype", "reduce_op", "peer", "in_shapes", "out_shapes", "splits", "frame",
-                "module")
+        .filter(
+            pl.col("op").is_in(sorted(COLLECTIVE_OPS)) & (pl.col("group") >= 0) & ~pl.col("group").is_in(sorted(skip))
+        )
+        .select(
+            "code", "group", "op", "dtype", "reduce_op", "peer", "in_shapes", "out_shapes", "splits", "frame", "module"
+        )
         .with_columns(
-            key=pl.when(pl.col("op").is_in(KEY_IN)).then("in_shapes")
-            .when(pl.col("op").is_in(KEY_OUT)).then("out_shapes").otherwise(-2),
-            root=pl.when(pl.col("op").is_in(ROOTED)).then("peer").otherwise(-2))
+            key=pl.when(pl.col("op").is_in(KEY_IN))
+            .then("in_shapes")
+            .when(pl.col("op").is_in(KEY_OUT))
+            .then("out_shapes")
+            .otherwise(-2),
+            root=pl.when(pl.col("op").is_in(ROOTED)).then("peer").otherwise(-2),
+        )
         .with_columns(tok=pl.struct("op", "dtype", "reduce_op", "root", "key", "frame").hash())
     )
 
@@ -59,8 +79,21 @@ def collective_rows(trace: Trace, pats: pl.DataFrame) -> pl.DataFrame:
 
 def _full(trace: Trace, rows: pl.DataFrame, pats: pl.DataFrame) -> pl.DataFrame:
     """A few rows with every pattern field (for the ranks being diffed), sorted by seq."""
-    return trace.with_patterns(rows, "op", "dtype", "reduce_op", "peer", "in_shapes", "out_shapes", "splits",
-                               "frame", "module", "key", "root", table=pats).sort("seq")
+    return trace.with_patterns(
+        rows,
+        "op",
+        "dtype",
+        "reduce_op",
+        "peer",
+        "in_shapes",
+        "out_shapes",
+        "splits",
+        "frame",
+        "module",
+        "key",
+        "root",
+        table=pats,
+    ).sort("seq")
 
 
 class _Report:
@@ -70,14 +103,36 @@ class _Report:
         self.trace, self.groups = trace, groups
         self.found: dict[tuple, Finding] = {}
 
-    def add(self, kind: str, gid: int, pos: int | None, rank: int, *, op, expected, actual, frame: str,
-            members: list[int], message, rep_frame: str | None = None, extra: dict | None = None) -> None:
+    def add(
+        self,
+        kind: str,
+        gid: int,
+        pos: int | None,
+        rank: int,
+        *,
+        op,
+        expected,
+        actual,
+        frame: str,
+        members: list[int],
+        message,
+        rep_frame: str | None = None,
+        extra: dict | None = None,
+    ) -> None:
         key = (kind, gid, pos, extra.get("detail") if extra else None)
         f = self.found.get(key)
         if f is None:
-            f = self.found[key] = Finding(kind=kind, message="", ranks=list(members), culprit_ranks=[],
-                                          group=self.groups[gid], seq=pos, op=op, expected=expected,
-                                          extra=dict(extra or {}))
+            f = self.found[key] = Finding(
+                kind=kind,
+                message="",
+                ranks=list(members),
+                culprit_ranks=[],
+                group=self.groups[gid],
+                seq=pos,
+                op=op,
+                expected=expected,
+                extra=dict(extra or {}),
+            )
             f.extra["_message"] = message
             if rep_frame:
                 f.frames[-1] = rep_frame
@@ -103,8 +158,12 @@ def check(trace: Trace) -> list[Finding]:
     rows = collective_rows(trace, pats)
     present = set(trace.ranks)
     report = _Report(trace, groups)
-    atoms = atom_values(trace, set(pats["key"].unique().to_list()) | set(pats["in_shapes"].unique().to_list())
-                        | set(pats["out_shapes"].unique().to_list()))
+    atoms = atom_values(
+        trace,
+        set(pats["key"].unique().to_list())
+        | set(pats["in_shapes"].unique().to_list())
+        | set(pats["out_shapes"].unique().to_list()),
+    )
     # signature of a (group, rank) stream: count and an order-free sum of token xor hash(seq)
     # (a fifth of the cost of a struct hash at 82 M rows)
     mix = pl.col("tok") ^ pl.col("seq").hash(seed=7)
@@ -130,8 +189,10 @@ def check(trace: Trace) -> list[Finding]:
             culprits = members if contested else [r]
             pairs = _align(report, gid, members, culprits, r, rep_rows, dev.to_dicts(), trace, atoms)
             if pairs:
-                pos = pl.DataFrame({"seq": [s for s, _ in pairs], "pos": [p for _, p in pairs]},
-                                   schema={"seq": pl.Int64, "pos": pl.Int64})
+                pos = pl.DataFrame(
+                    {"seq": [s for s, _ in pairs], "pos": [p for _, p in pairs]},
+                    schema={"seq": pl.Int64, "pos": pl.Int64},
+                )
                 mapped.append(dev.select("rank", "idx", "seq", "code", "group").join(pos, on="seq"))
     dev_keys = pl.DataFrame(deviating, schema={"group": pl.Int32, "rank": pl.Int32}, orient="row")
 
@@ -140,16 +201,25 @@ def check(trace: Trace) -> list[Finding]:
         sub = trace.with_codes(rows, table).drop("tok")
         plain = sub.join(dev_keys, on=["group", "rank"], how="anti").with_columns(pos=pl.col("seq"))
         moved = [trace.with_codes(m, table) for m in mapped]
-        return trace.with_patterns(pl.concat([plain] + moved, how="diagonal"), "op", "in_shapes", "out_shapes",
-                                   "splits", "frame", "module", table=pats)
+        return trace.with_patterns(
+            pl.concat([plain] + moved, how="diagonal"),
+            "op",
+            "in_shapes",
+            "out_shapes",
+            "splits",
+            "frame",
+            "module",
+            table=pats,
+        )
 
     _self_consistency(report, trace, groups, pats, positioned, atoms, present)
     _splits(report, trace, groups, pats, positioned, present)
     return report.findings()
 
 
-def _align(report: _Report, gid: int, members, culprits, rank: int, rep_rows, dev_rows, trace,
-           atoms) -> list[tuple[int, int]]:
+def _align(
+    report: _Report, gid: int, members, culprits, rank: int, rep_rows, dev_rows, trace, atoms
+) -> list[tuple[int, int]]:
     """Diff a deviating rank against the majority; report skips, extras and replaced pairs.
     Returns the (own seq, majority position) pairs that matched."""
     a = [x["tok"] for x in rep_rows]
@@ -164,9 +234,9 @@ def _align(report: _Report, gid: int, members, culprits, rank: int, rep_rows, de
             pairs.append((dev_rows[j1 + k]["seq"], rep_rows[i1 + k]["seq"]))
             _compare(report, gid, members, culprits, rep_rows[i1 + k], dev_rows[j1 + k], atoms)
         if i2 - i1 > n:  # the majority has collectives this rank never issued
-            _missing(report, gid, members, culprits, rep_rows[i1 + n:i2], rank, dev_rows, j1 + n, trace)
+            _missing(report, gid, members, culprits, rep_rows[i1 + n : i2], rank, dev_rows, j1 + n, trace)
         if j2 - j1 > n:  # this rank issued collectives the majority never did
-            _extra(report, gid, members, culprits, dev_rows[j1 + n:j2], rep_rows, i1 + n)
+            _extra(report, gid, members, culprits, dev_rows[j1 + n : j2], rep_rows, i1 + n)
     return pairs
 
 
@@ -182,7 +252,7 @@ def _opcodes(a: list, b: list):
     if p:
         yield "equal", 0, p, 0, p
     if p < len(a) - s or p < len(b) - s:
-        sm = difflib.SequenceMatcher(None, a[p:len(a) - s], b[p:len(b) - s], autojunk=False)
+        sm = difflib.SequenceMatcher(None, a[p : len(a) - s], b[p : len(b) - s], autojunk=False)
         for tag, i1, i2, j1, j2 in sm.get_opcodes():
             yield tag, i1 + p, i2 + p, j1 + p, j2 + p
     if s:
@@ -209,15 +279,35 @@ def _compare(report, gid, members, culprits, rep: dict, dev: dict, atoms) -> Non
 
         def message(f, what=what, rep=rep):
             bad = ", ".join(f"rank {r}: {f.actual[r]}" for r in f.culprit_ranks if r in f.actual)
-            return (f"{rep['op']} #{f.seq} on {group_text(f.group)}: {what} {f.expected} on the other ranks, "
-                    f"but {bad}")
+            return f"{rep['op']} #{f.seq} on {group_text(f.group)}: {what} {f.expected} on the other ranks, but {bad}"
 
-        report.add(kind, gid, rep["seq"], dev["rank"], op=rep["op"], expected=exp, actual=act,
-                   frame=_where(dev), members=members, message=message, rep_frame=_where(rep))
+        report.add(
+            kind,
+            gid,
+            rep["seq"],
+            dev["rank"],
+            op=rep["op"],
+            expected=exp,
+            actual=act,
+            frame=_where(dev),
+            members=members,
+            message=message,
+            rep_frame=_where(rep),
+        )
         for r in culprits:
             if r != dev["rank"]:
-                report.add(kind, gid, rep["seq"], r, op=rep["op"], expected=exp, actual=exp, frame=_where(rep),
-                           members=members, message=message)
+                report.add(
+                    kind,
+                    gid,
+                    rep["seq"],
+                    r,
+                    op=rep["op"],
+                    expected=exp,
+                    actual=exp,
+                    frame=_where(rep),
+                    members=members,
+                    message=message,
+                )
         if field == "op":
             return  # a different op makes the other fields meaningless
 
@@ -234,17 +324,31 @@ def _missing(report, gid, members, culprits, skipped: list[dict], rank, dev_rows
         what = f"{first['op']} #{first['seq']} on {group_text(f.group)} ({_where(first)})"
         if stopped:
             tail = f" and the {n - 1} collectives after it" if n > 1 else ""
-            why = f"; the rank ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "") \
-                if status.get("status", "ok") != "ok" else ""
+            why = (
+                f"; the rank ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "")
+                if status.get("status", "ok") != "ok"
+                else ""
+            )
             return f"{who} never issued {what}{tail}{why}"
         more = f" (and {n - 1} more after it)" if n > 1 else ""
         after = f", going from {before['op']} #{before['seq']} straight on" if before else ""
         return f"{who} skipped {what}{more}{after}; the other ranks issued it"
 
     for r in culprits:
-        report.add("missing_collective", gid, first["seq"], r, op=first["op"], expected=f"{first['op']} #{first['seq']}",
-                   actual="missing", frame=_where(before) if before and r == rank else "-", members=members,
-                   message=message, rep_frame=_where(first), extra={"detail": detail, "count": len(skipped)})
+        report.add(
+            "missing_collective",
+            gid,
+            first["seq"],
+            r,
+            op=first["op"],
+            expected=f"{first['op']} #{first['seq']}",
+            actual="missing",
+            frame=_where(before) if before and r == rank else "-",
+            members=members,
+            message=message,
+            rep_frame=_where(first),
+            extra={"detail": detail, "count": len(skipped)},
+        )
 
 
 def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> None:
@@ -254,13 +358,25 @@ def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> No
     def message(f, first=first, n=len(added)):
         who = f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}"
         more = f" (and {n - 1} more)" if n > 1 else ""
-        return (f"{who} issued an extra {first['op']} on {group_text(f.group)} at {_where(first)}{more}, "
-                f"before position #{f.seq} of the other ranks, who never issued it")
+        return (
+            f"{who} issued an extra {first['op']} on {group_text(f.group)} at {_where(first)}{more}, "
+            f"before position #{f.seq} of the other ranks, who never issued it"
+        )
 
     for r in culprits:
-        report.add("missing_collective", gid, pos, r, op=first["op"], expected="nothing",
-                   actual=f"{first['op']} (own seq {first['seq']})", frame=_where(first), members=members,
-                   message=message, extra={"detail": "extra", "count": len(added)})
+        report.add(
+            "missing_collective",
+            gid,
+            pos,
+            r,
+            op=first["op"],
+            expected="nothing",
+            actual=f"{first['op']} (own seq {first['seq']})",
+            frame=_where(first),
+            members=members,
+            message=message,
+            extra={"detail": "extra", "count": len(added)},
+        )
 
 
 def _self_consistency(report, trace, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
@@ -276,12 +392,18 @@ def _self_consistency(report, trace, groups, pats: pl.DataFrame, positioned, ato
         i=pl.col("in_shapes").replace_strict(numel, default=0, return_dtype=pl.Int64),
         o=pl.col("out_shapes").replace_strict(numel, default=0, return_dtype=pl.Int64),
         ni=pl.col("in_shapes").replace_strict(count, default=0, return_dtype=pl.Int64),
-        no=pl.col("out_shapes").replace_strict(count, default=0, return_dtype=pl.Int64))
+        no=pl.col("out_shapes").replace_strict(count, default=0, return_dtype=pl.Int64),
+    )
     gathers = pl.col("op").is_in(GATHERS)
-    bad = cand.filter(pl.when(gathers).then(pl.col("o") != pl.col("i") * pl.col("size"))
-                      .otherwise(pl.col("i") != pl.col("o") * pl.col("size"))
-                      | (pl.col("op").is_in(["all_gather", "reduce_scatter"])
-                         & (pl.when(gathers).then(pl.col("no")).otherwise(pl.col("ni")) != pl.col("size"))))
+    bad = cand.filter(
+        pl.when(gathers)
+        .then(pl.col("o") != pl.col("i") * pl.col("size"))
+        .otherwise(pl.col("i") != pl.col("o") * pl.col("size"))
+        | (
+            pl.col("op").is_in(["all_gather", "reduce_scatter"])
+            & (pl.when(gathers).then(pl.col("no")).otherwise(pl.col("ni")) != pl.col("size"))
+        )
+    )
     if bad.is_empty():
         return
     bad = positioned(bad).sort("group", "pos", "rank")
@@ -295,8 +417,18 @@ def _self_consistency(report, trace, groups, pats: pl.DataFrame, positioned, ato
             bad = "; ".join(f"rank {r}: {f.actual[r]}" for r in f.culprit_ranks)
             return f"{row['op']} #{f.seq} on {group_text(f.group)} breaks {rule} ({len(f.ranks)} ranks): {bad}"
 
-        report.add("shape_mismatch", gid, row["pos"], row["rank"], op=row["op"], expected=rule, actual=io,
-                   frame=_where(row), members=members, message=message)
+        report.add(
+            "shape_mismatch",
+            gid,
+            row["pos"],
+            row["rank"],
+            op=row["op"],
+            expected=rule,
+            actual=io,
+            frame=_where(row),
+            members=members,
+            message=message,
+        )
 
 
 def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> None:
@@ -306,11 +438,19 @@ def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> N
         return
     a2a = positioned(a2a)
     atoms = atom_values(trace, a2a["splits"].unique().to_list())
-    table = pl.DataFrame({"splits": list(atoms), "send": [v[0] if v else [] for v in atoms.values()],
-                          "expect": [v[1] if v else [] for v in atoms.values()]},
-                         schema={"splits": pl.Int32, "send": pl.List(pl.Int64), "expect": pl.List(pl.Int64)})
-    members = trace.groups.select(group="gid", peer="ranks").explode("peer").with_columns(
-        j=pl.int_range(pl.len()).over("group"))
+    table = pl.DataFrame(
+        {
+            "splits": list(atoms),
+            "send": [v[0] if v else [] for v in atoms.values()],
+            "expect": [v[1] if v else [] for v in atoms.values()],
+        },
+        schema={"splits": pl.Int32, "send": pl.List(pl.Int64), "expect": pl.List(pl.Int64)},
+    )
+    members = (
+        trace.groups.select(group="gid", peer="ranks")
+        .explode("peer")
+        .with_columns(j=pl.int_range(pl.len()).over("group"))
+    )
     base = a2a.select("group", "pos", "rank", "splits", "frame", "module").join(table, on="splits")
     if trace.header.get("mode") == "fake":
         # A fake backend cannot exchange data: split sizes a rank learned from an all_to_all of
@@ -318,15 +458,27 @@ def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> N
         # be verified in fake mode (record with --mode local); a real disagreement breaks the echo.
         echo = base.group_by("group", "pos").agg(echo=(pl.col("send") == pl.col("expect")).all())
         base = base.join(echo.filter(~pl.col("echo")).select("group", "pos"), on=["group", "pos"])
-    send = (base.select("group", "pos", src="rank", v="send").explode("v")
-            .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "src"))
-            .join(members, on=["group", "j"]).rename({"peer": "dst", "v": "sent"}).drop("j"))
-    recv = (base.select("group", "pos", dst="rank", v="expect").explode("v")
-            .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "dst"))
-            .join(members, on=["group", "j"]).rename({"peer": "src", "v": "expected"}).drop("j"))
+    send = (
+        base.select("group", "pos", src="rank", v="send")
+        .explode("v")
+        .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "src"))
+        .join(members, on=["group", "j"])
+        .rename({"peer": "dst", "v": "sent"})
+        .drop("j")
+    )
+    recv = (
+        base.select("group", "pos", dst="rank", v="expect")
+        .explode("v")
+        .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "dst"))
+        .join(members, on=["group", "j"])
+        .rename({"peer": "src", "v": "expected"})
+        .drop("j")
+    )
     pairs = send.join(recv, on=["group", "pos", "src", "dst"], how="inner").filter(pl.col("sent") != pl.col("expected"))
-    frames = {(r["group"], r["pos"], r["rank"]): _where(r) for r in base.select(
-        "group", "pos", "rank", "frame", "module").to_dicts()}
+    frames = {
+        (r["group"], r["pos"], r["rank"]): _where(r)
+        for r in base.select("group", "pos", "rank", "frame", "module").to_dicts()
+    }
     for (gid, pos), bad in pairs.group_by(["group", "pos"], maintain_order=True):
         counts: dict[int, int] = defaultdict(int)
         for s, d in zip(bad["src"], bad["dst"]):
@@ -335,18 +487,32 @@ def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> N
                 counts[d] += 1
         top = max(counts.values())
         culprits = sorted(r for r, c in counts.items() if c == top)
-        mism = [f"{s}->{d}: sends {x}, expected {y}" for s, d, x, y in bad.select("src", "dst", "sent", "expected").iter_rows()]
+        mism = [
+            f"{s}->{d}: sends {x}, expected {y}"
+            for s, d, x, y in bad.select("src", "dst", "sent", "expected").iter_rows()
+        ]
         group_members = [r for r in groups[gid]["ranks"] if r in present]
 
         def message(f, mism=mism):
-            return (f"all_to_all_single #{f.seq} on {group_text(f.group)}: split sizes disagree "
-                    f"({'; '.join(mism[:6])}{' ...' if len(mism) > 6 else ''}); culprit "
-                    f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}")
+            return (
+                f"all_to_all_single #{f.seq} on {group_text(f.group)}: split sizes disagree "
+                f"({'; '.join(mism[:6])}{' ...' if len(mism) > 6 else ''}); culprit "
+                f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}"
+            )
 
         for r in culprits:
-            report.add("split_mismatch", gid, pos, r, op="all_to_all_single", expected="send[i][j] == expect[j][i]",
-                       actual=[m for m in mism if m.startswith(f"{r}->") or m.split(":")[0].endswith(f"->{r}")],
-                       frame=frames.get((gid, pos, r), "?"), members=group_members, message=message)
+            report.add(
+                "split_mismatch",
+                gid,
+                pos,
+                r,
+                op="all_to_all_single",
+                expected="send[i][j] == expect[j][i]",
+                actual=[m for m in mism if m.startswith(f"{r}->") or m.split(":")[0].endswith(f"->{r}")],
+                frame=frames.get((gid, pos, r), "?"),
+                members=group_members,
+                message=message,
+            )
 
 
 def _prod(shape) -> int:

@@ -12,16 +12,21 @@ from analyzer.trace import Trace
 
 def group_table(trace: Trace) -> dict[int, dict]:
     """gid -> {"name", "label", "ranks"} (the JSON `group` of a finding)."""
-    return {g["gid"]: {"name": g["name"], "label": g["label"], "ranks": list(g["ranks"])}
-            for g in trace.groups.iter_rows(named=True)}
+    return {
+        g["gid"]: {"name": g["name"], "label": g["label"], "ranks": list(g["ranks"])}
+        for g in trace.groups.iter_rows(named=True)
+    }
 
 
 def conflicting_gids(trace: Trace) -> set[int]:
     """Groups whose name means different member lists on different ranks (created in another
     order, or with other members): their collectives cannot be matched, group_mismatch says why."""
     made = trace.select("group", ops=["new_group", "split_group"])
-    per_name = (made.join(trace.groups.select("gid", "name"), left_on="group", right_on="gid")
-                .group_by("name").agg(gids=pl.col("group").unique()))
+    per_name = (
+        made.join(trace.groups.select("gid", "name"), left_on="group", right_on="gid")
+        .group_by("name")
+        .agg(gids=pl.col("group").unique())
+    )
     out: set[int] = set()
     for gids in per_name.filter(pl.col("gids").list.len() > 1)["gids"]:
         out.update(gids)

@@ -16,9 +16,11 @@ from analyzer.trace import Trace
 
 
 def check(trace: Trace) -> list[Finding]:
-    made = (trace.select("rank", "idx", "group", "frame", ops=["new_group", "split_group"])
-            .join(trace.groups.select("gid", "name", "ranks", "label"), left_on="group", right_on="gid")
-            .with_columns(call=pl.int_range(pl.len()).over("rank")))
+    made = (
+        trace.select("rank", "idx", "group", "frame", ops=["new_group", "split_group"])
+        .join(trace.groups.select("gid", "name", "ranks", "label"), left_on="group", right_on="gid")
+        .with_columns(call=pl.int_range(pl.len()).over("rank"))
+    )
     per_culprits: dict[tuple, list] = {}
     for (name,), rows in made.group_by(["name"], maintain_order=True):
         if rows["group"].n_unique() == 1:
@@ -36,14 +38,28 @@ def check(trace: Trace) -> list[Finding]:
         parts, actual = [], {}
         for n, v, val, fr, cl in names:
             for r in culprits:
-                actual.setdefault(r, []).append(f"{n!r} = {v[r][1]} ranks {ranks_text(v[r][0])} "
-                                                f"(creation call #{cl[r]}, {fr[r]})")
+                actual.setdefault(r, []).append(
+                    f"{n!r} = {v[r][1]} ranks {ranks_text(v[r][0])} (creation call #{cl[r]}, {fr[r]})"
+                )
             parts.append(f"{n!r} is {val[1]} ranks {ranks_text(val[0])} on the other ranks")
         who = f"rank{'s' if len(culprits) > 1 else ''} {ranks_text(culprits)}"
-        out.append(Finding(
-            kind="group_mismatch", ranks=sorted(views), culprit_ranks=list(culprits),
-            group={"name": name, "label": value[1], "ranks": list(value[0])}, seq=None, op="new_group",
-            expected="; ".join(parts), actual=actual, frames={r: frames[r] for r in culprits},
-            message=(f"{who} created process groups in another order or with other members: "
-                     + "; ".join(parts) + f", but on {who}: " + "; ".join(actual[culprits[0]]))))
+        out.append(
+            Finding(
+                kind="group_mismatch",
+                ranks=sorted(views),
+                culprit_ranks=list(culprits),
+                group={"name": name, "label": value[1], "ranks": list(value[0])},
+                seq=None,
+                op="new_group",
+                expected="; ".join(parts),
+                actual=actual,
+                frames={r: frames[r] for r in culprits},
+                message=(
+                    f"{who} created process groups in another order or with other members: "
+                    + "; ".join(parts)
+                    + f", but on {who}: "
+                    + "; ".join(actual[culprits[0]])
+                ),
+            )
+        )
     return out

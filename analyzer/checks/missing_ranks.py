@@ -23,9 +23,13 @@ def check(trace: Trace) -> list[Finding]:
     if not missing or "state" not in trace.stream.columns:
         return []
     groups = group_table(trace)
-    pending = (trace.select(ops=sorted(COLLECTIVE_OPS)).with_columns(op=pl.col("op").cast(pl.String))
-               .filter((pl.col("state") != "completed") & (pl.col("group") >= 0))
-               .group_by("group", "rank").agg(pl.all().sort_by("seq").last()))
+    pending = (
+        trace.select(ops=sorted(COLLECTIVE_OPS))
+        .with_columns(op=pl.col("op").cast(pl.String))
+        .filter((pl.col("state") != "completed") & (pl.col("group") >= 0))
+        .group_by("group", "rank")
+        .agg(pl.all().sort_by("seq").last())
+    )
     out = []
     for (gid,), rows in pending.group_by(["group"], maintain_order=True):
         group = groups.get(gid)
@@ -36,13 +40,24 @@ def check(trace: Trace) -> list[Finding]:
         waiting = sorted(rows.filter(pl.col("seq") == at["seq"])["rank"].to_list())
         who = f"rank{'s' if len(absent) > 1 else ''} {ranks_text(absent)}"
         where = at["frame"] or "?"
-        out.append(Finding(
-            kind="missing_rank", ranks=list(group["ranks"]), culprit_ranks=absent, group=group, seq=at["seq"],
-            op=at["op"], expected=f"every member joins {at['op']} #{at['seq']}",
-            actual={r: "no dump" for r in absent}, frames={-1: where},
-            extra={"waiting": waiting, "state": at["state"]},
-            message=(f"{who} left no Flight Recorder dump, and rank{'s' if len(waiting) > 1 else ''} "
-                     f"{ranks_text(waiting)} {'are' if len(waiting) > 1 else 'is'} blocked in {at['op']} "
-                     f"#{at['seq']} on {group_text(group)} ({where}, {at['state']}): {who} never completed it "
-                     f"-- its process most likely died (see its log)")))
+        out.append(
+            Finding(
+                kind="missing_rank",
+                ranks=list(group["ranks"]),
+                culprit_ranks=absent,
+                group=group,
+                seq=at["seq"],
+                op=at["op"],
+                expected=f"every member joins {at['op']} #{at['seq']}",
+                actual={r: "no dump" for r in absent},
+                frames={-1: where},
+                extra={"waiting": waiting, "state": at["state"]},
+                message=(
+                    f"{who} left no Flight Recorder dump, and rank{'s' if len(waiting) > 1 else ''} "
+                    f"{ranks_text(waiting)} {'are' if len(waiting) > 1 else 'is'} blocked in {at['op']} "
+                    f"#{at['seq']} on {group_text(group)} ({where}, {at['state']}): {who} never completed it "
+                    f"-- its process most likely died (see its log)"
+                ),
+            )
+        )
     return sorted(out, key=lambda f: (f.group["label"], f.seq))

@@ -26,8 +26,10 @@ def describe(b: Blocked, groups: dict) -> str:
         what = "a wait on " + key_text(b.key, groups)
     else:
         what = key_text(b.key, groups, ev["op"])
-    return f"rank {b.rank} blocked in {what} at {where}, waiting for rank{'s' if len(b.waits_for) > 1 else ''} " \
-           f"{ranks_text(b.waits_for)}"
+    return (
+        f"rank {b.rank} blocked in {what} at {where}, waiting for rank{'s' if len(b.waits_for) > 1 else ''} "
+        f"{ranks_text(b.waits_for)}"
+    )
 
 
 def key_text(key: tuple, groups: dict, op: str = "collective") -> str:
@@ -50,16 +52,26 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
         steps = [describe(blocked[r], groups) for r in cycle]
         first = blocked[cycle[0]]
         gids = sorted({blocked[r].key[1] for r in cycle})
-        out.append(Finding(
-            kind="deadlock_cycle", ranks=ranks, culprit_ranks=ranks,
-            group=groups.get(first.key[1]), seq=first.event["seq"], op=first.event["op"],
-            expected="every member enters its collectives in one order",
-            actual={r: key_text(blocked[r].key, groups, blocked[r].event["op"]) for r in cycle},
-            frames={r: blocked[r].event.get("frame") or "?" for r in cycle},
-            extra={"cycle": cycle, "groups": [groups[g] for g in gids if g in groups]},
-            message=(f"deadlock: {len(ranks)} ranks wait on each other in a cycle through "
-                     f"{len(gids)} group{'s' if len(gids) > 1 else ''}: " + "; ".join(steps)
-                     + f"; and rank {cycle[0]} again")))
+        out.append(
+            Finding(
+                kind="deadlock_cycle",
+                ranks=ranks,
+                culprit_ranks=ranks,
+                group=groups.get(first.key[1]),
+                seq=first.event["seq"],
+                op=first.event["op"],
+                expected="every member enters its collectives in one order",
+                actual={r: key_text(blocked[r].key, groups, blocked[r].event["op"]) for r in cycle},
+                frames={r: blocked[r].event.get("frame") or "?" for r in cycle},
+                extra={"cycle": cycle, "groups": [groups[g] for g in gids if g in groups]},
+                message=(
+                    f"deadlock: {len(ranks)} ranks wait on each other in a cycle through "
+                    f"{len(gids)} group{'s' if len(gids) > 1 else ''}: "
+                    + "; ".join(steps)
+                    + f"; and rank {cycle[0]} again"
+                ),
+            )
+        )
     return out
 
 

@@ -27,9 +27,15 @@ def check(trace: Trace) -> list[Finding]:
     recvs = ev.filter((pl.col("op") == "recv") & (pl.col("peer") >= 0)).select(*cols, src="peer", dst="rank")
     both = sends.join(recvs, on=["group", "src", "dst", "seq"], how="full", suffix="_r", coalesce=True)
     # only unmatched or disagreeing pairs go on (atoms are interned, so equal shapes = equal ids)
-    both = both.filter(pl.col("idx").is_null() | pl.col("idx_r").is_null() | (pl.col("dtype") != pl.col("dtype_r"))
-                       | (pl.col("in_shapes") != pl.col("out_shapes_r")))
-    atoms = atom_values(trace, set(both["in_shapes"].drop_nulls().to_list()) | set(both["out_shapes_r"].drop_nulls().to_list()))
+    both = both.filter(
+        pl.col("idx").is_null()
+        | pl.col("idx_r").is_null()
+        | (pl.col("dtype") != pl.col("dtype_r"))
+        | (pl.col("in_shapes") != pl.col("out_shapes_r"))
+    )
+    atoms = atom_values(
+        trace, set(both["in_shapes"].drop_nulls().to_list()) | set(both["out_shapes_r"].drop_nulls().to_list())
+    )
     out: list[Finding] = []
     for row in both.to_dicts():
         gid, src, dst = row["group"], row["src"], row["dst"]
@@ -42,25 +48,49 @@ def check(trace: Trace) -> list[Finding]:
             op = "send" if sender_side else "recv"
             frame = _where(row, "" if sender_side else "_r")
             partner = "recv" if sender_side else "send"
-            out.append(Finding(
-                kind="unmatched_p2p", ranks=sorted({src, dst}), culprit_ranks=[issuer], group=group,
-                seq=row["seq"], op=op, expected=f"a matching {partner} on rank {other}", actual={issuer: op},
-                frames={issuer: frame},
-                message=(f"rank {issuer}'s {op} #{row['seq']} {'to' if sender_side else 'from'} rank {other} on "
-                         f"{group_text(group)} ({frame}) has no matching {partner}: rank {other} never "
-                         f"{'receives' if sender_side else 'sends'} it")))
+            out.append(
+                Finding(
+                    kind="unmatched_p2p",
+                    ranks=sorted({src, dst}),
+                    culprit_ranks=[issuer],
+                    group=group,
+                    seq=row["seq"],
+                    op=op,
+                    expected=f"a matching {partner} on rank {other}",
+                    actual={issuer: op},
+                    frames={issuer: frame},
+                    message=(
+                        f"rank {issuer}'s {op} #{row['seq']} {'to' if sender_side else 'from'} rank {other} on "
+                        f"{group_text(group)} ({frame}) has no matching {partner}: rank {other} never "
+                        f"{'receives' if sender_side else 'sends'} it"
+                    ),
+                )
+            )
             continue
         sent = (row["dtype"], atoms.get(row["in_shapes"]))
         got = (row["dtype_r"], atoms.get(row["out_shapes_r"]))
         if sent != got:
-            out.append(Finding(
-                kind="p2p_mismatch", ranks=sorted({src, dst}), culprit_ranks=sorted({src, dst}), group=group,
-                seq=row["seq"], op="send/recv", expected=f"{sent[0]} {shape_text(sent[1])}",
-                actual={src: f"sends {sent[0]} {shape_text(sent[1])}", dst: f"receives {got[0]} {shape_text(got[1])}"},
-                frames={src: _where(row, ""), dst: _where(row, "_r")},
-                message=(f"p2p #{row['seq']} {src}->{dst} on {group_text(group)}: rank {src} sends "
-                         f"{sent[0]} {shape_text(sent[1])} ({_where(row, '')}) but rank {dst} receives "
-                         f"{got[0]} {shape_text(got[1])} ({_where(row, '_r')})")))
+            out.append(
+                Finding(
+                    kind="p2p_mismatch",
+                    ranks=sorted({src, dst}),
+                    culprit_ranks=sorted({src, dst}),
+                    group=group,
+                    seq=row["seq"],
+                    op="send/recv",
+                    expected=f"{sent[0]} {shape_text(sent[1])}",
+                    actual={
+                        src: f"sends {sent[0]} {shape_text(sent[1])}",
+                        dst: f"receives {got[0]} {shape_text(got[1])}",
+                    },
+                    frames={src: _where(row, ""), dst: _where(row, "_r")},
+                    message=(
+                        f"p2p #{row['seq']} {src}->{dst} on {group_text(group)}: rank {src} sends "
+                        f"{sent[0]} {shape_text(sent[1])} ({_where(row, '')}) but rank {dst} receives "
+                        f"{got[0]} {shape_text(got[1])} ({_where(row, '_r')})"
+                    ),
+                )
+            )
     return out
 
 

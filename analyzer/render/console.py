@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from analyzer.trace import Trace
 from analyzer.summary import Summary
+from analyzer.trace import Trace
 
 
 def human_bytes(n: int) -> str:
@@ -21,8 +21,10 @@ def human_bytes(n: int) -> str:
 def trace_header(console: Console, trace: Trace) -> None:
     h = trace.header
     program = (h.get("config") or {}).get("program", "?")
-    console.print(f"[bold]{escape(str(program))}[/] · world size {h['world_size']} · mode {h.get('mode')} · "
-                  f"torch {h.get('torch') or '?'} · {len(trace.ranks)} rank streams · {trace.n_events} events")
+    console.print(
+        f"[bold]{escape(str(program))}[/] · world size {h['world_size']} · mode {h.get('mode')} · "
+        f"torch {h.get('torch') or '?'} · {len(trace.ranks)} rank streams · {trace.n_events} events"
+    )
     for note in trace.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
 
@@ -35,8 +37,10 @@ def summary(console: Console, trace: Trace, s: Summary) -> None:
     for cls in s.classes.iter_rows(named=True):
         rows = s.table.filter(s.table["class"] == cls["class"])
         ranks = rows["ranks"][0] if rows.height else ",".join(map(str, cls["ranks"]))
-        t = Table(title=f"rank class {cls['class']}: ranks {ranks} ({len(cls['ranks'])} ranks, "
-                        f"{cls['events']} events each)", title_justify="left")
+        t = Table(
+            title=f"rank class {cls['class']}: ranks {ranks} ({len(cls['ranks'])} ranks, {cls['events']} events each)",
+            title_justify="left",
+        )
         t.add_column("group")
         t.add_column("size", justify="right")
         t.add_column("op")
@@ -64,13 +68,20 @@ def findings(console: Console, trace: Trace, found: list) -> None:
     for f in found:
         detail = [escape(f.message)]
         if f.expected is not None and f.kind not in ("missing_collective", "group_mismatch"):
-            detail.append(f"[dim]majority:[/] {escape(str(f.expected))}"
-                          + (f"  [dim]at {escape(f.frames[-1])}[/]" if -1 in f.frames else ""))
+            detail.append(
+                f"[dim]majority:[/] {escape(str(f.expected))}"
+                + (f"  [dim]at {escape(f.frames[-1])}[/]" if -1 in f.frames else "")
+            )
         for r in f.culprit_ranks:
             if r in f.frames and f.frames[r] != "-":
                 detail.append(f"[dim]rank {r}:[/] {escape(f.frames[r])}")
-        t.add_row(f.kind, group_text(f.group), "-" if f.seq is None else str(f.seq), ranks_text(f.culprit_ranks),
-                  "\n".join(detail))
+        t.add_row(
+            f.kind,
+            group_text(f.group),
+            "-" if f.seq is None else str(f.seq),
+            ranks_text(f.culprit_ranks),
+            "\n".join(detail),
+        )
     console.print(t)
 
 
@@ -81,8 +92,10 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
     if not report.hung and not report.findings:
         console.print(f"[bold green]✓ no hang[/] ({report.semantics}): every rank completes every recorded op")
         return
-    console.print(f"[bold red]✗ hang[/] ({report.semantics}): {len(report.stuck)} rank"
-                  f"{'s' if len(report.stuck) != 1 else ''} stuck: {ranks_text(report.stuck)}")
+    console.print(
+        f"[bold red]✗ hang[/] ({report.semantics}): {len(report.stuck)} rank"
+        f"{'s' if len(report.stuck) != 1 else ''} stuck: {ranks_text(report.stuck)}"
+    )
     t = Table(title="root causes", title_justify="left", show_lines=True)
     t.add_column("kind", style="bold")
     t.add_column("ranks", style="red")
@@ -105,11 +118,14 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
 def diff(console: Console, a: Trace, b: Trace, d) -> None:
     from analyzer.findings import ranks_text
 
-    console.print(f"[bold]A[/] world size {d.world_size_a} · {a.n_events} events   "
-                  f"[bold]B[/] world size {d.world_size_b} · {b.n_events} events")
+    console.print(
+        f"[bold]A[/] world size {d.world_size_a} · {a.n_events} events   "
+        f"[bold]B[/] world size {d.world_size_b} · {b.n_events} events"
+    )
     if d.equal:
-        console.print("[bold green]✓ same comm pattern[/] on every rank (normalized: timestamps, group names, "
-                      "paths ignored)")
+        console.print(
+            "[bold green]✓ same comm pattern[/] on every rank (normalized: timestamps, group names, paths ignored)"
+        )
     elif not d.streams_compared:
         console.print("[yellow]world sizes differ:[/] per-rank streams not aligned; compare the volume table")
     for r in d.only_a or ():
@@ -117,28 +133,40 @@ def diff(console: Console, a: Trace, b: Trace, d) -> None:
     for r in d.only_b or ():
         console.print(f"[red]rank {r}[/] has a stream in B only")
     for i, div in enumerate(d.divergences, 1):
-        console.print(f"[bold red]✗ rank class {i}: ranks {ranks_text(div.ranks)}[/] · first divergence at "
-                      f"position A {div.position_a} / B {div.position_b} (event idx A {_dash(div.idx_a)} / "
-                      f"B {_dash(div.idx_b)}) · {div.n_runs} run{'s' if div.n_runs != 1 else ''} · "
-                      f"{div.length_a} → {div.length_b} events")
+        console.print(
+            f"[bold red]✗ rank class {i}: ranks {ranks_text(div.ranks)}[/] · first divergence at "
+            f"position A {div.position_a} / B {div.position_b} (event idx A {_dash(div.idx_a)} / "
+            f"B {_dash(div.idx_b)}) · {div.n_runs} run{'s' if div.n_runs != 1 else ''} · "
+            f"{div.length_a} → {div.length_b} events"
+        )
         for sig in div.context:
             console.print(f"    [dim]  {escape(sig)}[/]")
         for side, ev in (("A", div.event_a), ("B", div.event_b)):
             if ev is None:
                 console.print(f"  {side} [dim](end of stream)[/]")
             else:
-                console.print(f"  {side} {escape(ev['sig'])}  [dim]module {escape(ev['module'] or '-')} · "
-                              f"{ev['phase']} · step {ev['step']} · {escape(ev['frame'] or '-')}[/]")
+                console.print(
+                    f"  {side} {escape(ev['sig'])}  [dim]module {escape(ev['module'] or '-')} · "
+                    f"{ev['phase']} · step {ev['step']} · {escape(ev['frame'] or '-')}[/]"
+                )
         t = Table(show_lines=False)
         for col in ("run", "A pos", "B pos", "what", "where"):
             t.add_column(col)
         for run in div.runs:
             sigs = run.b_sigs if run.kind == "inserted" else run.a_sigs
-            what = "\n".join(sigs) if run.kind != "changed" else "\n".join(
-                [f"- {s}" for s in run.a_sigs] + [f"+ {s}" for s in run.b_sigs])
+            what = (
+                "\n".join(sigs)
+                if run.kind != "changed"
+                else "\n".join([f"- {s}" for s in run.a_sigs] + [f"+ {s}" for s in run.b_sigs])
+            )
             w = run.where
-            t.add_row(run.kind, f"{run.a_start}..{run.a_stop}", f"{run.b_start}..{run.b_stop}", what,
-                      f"{w['module'] or '-'} · {w['phase']} · step {w['step']} · {w['frame'] or '-'}")
+            t.add_row(
+                run.kind,
+                f"{run.a_start}..{run.a_stop}",
+                f"{run.b_start}..{run.b_stop}",
+                what,
+                f"{w['module'] or '-'} · {w['phase']} · step {w['step']} · {w['frame'] or '-'}",
+            )
         console.print(t)
         if div.n_runs > len(div.runs):
             console.print(f"... and {div.n_runs - len(div.runs)} more runs (see --json)")
@@ -147,14 +175,32 @@ def diff(console: Console, a: Trace, b: Trace, d) -> None:
 
 def volume_table(console: Console, volume) -> None:
     t = Table(title="collectives per mesh dim × op × phase (all ranks; Δ = B − A)", title_justify="left")
-    for col, right in (("dim", False), ("op", False), ("phase", False), ("calls A", True), ("calls B", True),
-                       ("Δ calls", True), ("bytes A", True), ("bytes B", True), ("Δ bytes", True)):
+    for col, right in (
+        ("dim", False),
+        ("op", False),
+        ("phase", False),
+        ("calls A", True),
+        ("calls B", True),
+        ("Δ calls", True),
+        ("bytes A", True),
+        ("bytes B", True),
+        ("Δ bytes", True),
+    ):
         t.add_column(col, justify="right" if right else "left")
     for r in volume.iter_rows(named=True):
         style = "red" if r["calls_delta"] or r["bytes_delta"] else None
-        t.add_row(r["dim"], r["op"], r["phase"], str(r["calls_a"]), str(r["calls_b"]), f"{r['calls_delta']:+d}",
-                  human_bytes(r["bytes_a"]), human_bytes(r["bytes_b"]),
-                  ("+" if r["bytes_delta"] > 0 else "") + human_bytes(r["bytes_delta"]), style=style)
+        t.add_row(
+            r["dim"],
+            r["op"],
+            r["phase"],
+            str(r["calls_a"]),
+            str(r["calls_b"]),
+            f"{r['calls_delta']:+d}",
+            human_bytes(r["bytes_a"]),
+            human_bytes(r["bytes_b"]),
+            ("+" if r["bytes_delta"] > 0 else "") + human_bytes(r["bytes_delta"]),
+            style=style,
+        )
     console.print(t)
 
 

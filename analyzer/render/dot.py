@@ -13,7 +13,7 @@ def to_dot(g: nx.DiGraph, blocked: dict[int, Blocked], labels: dict[int, str], o
     for n in sorted(g.nodes):
         b = blocked.get(n)
         text = f"rank {n}\\n" + (labels.get(n, "") if b else "not blocked in a recorded op")
-        style = ', color=red, penwidth=2' if n in on_cycle else (', style=dashed' if not b else '')
+        style = ", color=red, penwidth=2" if n in on_cycle else (", style=dashed" if not b else "")
         lines.append(f'  r{n} [label="{text}"{style}];')
     for u, v in sorted(g.edges):
         lines.append(f"  r{u} -> r{v}{' [color=red]' if u in on_cycle and v in on_cycle else ''};")

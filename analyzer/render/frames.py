@@ -41,8 +41,9 @@ def group_labels(trace: Trace, column: str = "group") -> pl.Expr:
 def events_frame(trace: Trace) -> pl.DataFrame:
     """Every event, every column, readable without commtrace (see the module doc)."""
     atoms = [atom_json(trace, c) for c in ATOM_JSON_COLUMNS if c in trace.events.columns]
-    return (trace.events.with_columns(pl.col(pl.Categorical).cast(pl.String), *atoms)
-            .with_columns(group_label=group_labels(trace)))
+    return trace.events.with_columns(pl.col(pl.Categorical).cast(pl.String), *atoms).with_columns(
+        group_label=group_labels(trace)
+    )
 
 
 def groups_frame(trace: Trace) -> pl.DataFrame:

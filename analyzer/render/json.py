@@ -5,23 +5,34 @@ from __future__ import annotations
 import json
 import sys
 
-from analyzer.trace import Trace
 from analyzer.summary import Summary
+from analyzer.trace import Trace
 
 
 def trace_info(trace: Trace) -> dict:
     h = trace.header
-    return {"world_size": h["world_size"], "mode": h.get("mode"), "torch": h.get("torch"),
-            "program": (h.get("config") or {}).get("program"), "ranks": trace.ranks,
-            "missing_ranks": trace.missing_ranks, "truncated": trace.truncated, "notes": trace.notes,
-            "events": trace.n_events}
+    return {
+        "world_size": h["world_size"],
+        "mode": h.get("mode"),
+        "torch": h.get("torch"),
+        "program": (h.get("config") or {}).get("program"),
+        "ranks": trace.ranks,
+        "missing_ranks": trace.missing_ranks,
+        "truncated": trace.truncated,
+        "notes": trace.notes,
+        "events": trace.n_events,
+    }
 
 
 def summary(trace: Trace, s: Summary) -> None:
-    out = {"trace": trace_info(trace),
-           "classes": [{"class": c["class"], "ranks": list(c["ranks"]), "events": c["events"]}
-                       for c in s.classes.iter_rows(named=True)],
-           "rows": s.table.to_dicts()}
+    out = {
+        "trace": trace_info(trace),
+        "classes": [
+            {"class": c["class"], "ranks": list(c["ranks"]), "events": c["events"]}
+            for c in s.classes.iter_rows(named=True)
+        ],
+        "rows": s.table.to_dicts(),
+    }
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
@@ -30,15 +41,21 @@ def findings(trace: Trace, found: list) -> None:
     counts: dict[str, int] = {}
     for f in found:
         counts[f.kind] = counts.get(f.kind, 0) + 1
-    json.dump({"findings": [f.to_json() for f in found], "counts": counts, "trace": trace_info(trace)},
-              sys.stdout, indent=1)
+    json.dump(
+        {"findings": [f.to_json() for f in found], "counts": counts, "trace": trace_info(trace)}, sys.stdout, indent=1
+    )
     sys.stdout.write("\n")
 
 
 def hang(trace: Trace, report, frontier: list[dict]) -> None:
-    out = {"findings": [f.to_json() for f in report.findings], "semantics": report.semantics,
-           "stuck_ranks": sorted(report.stuck), "frontier": frontier,
-           "wait_for": sorted([list(e) for e in report.graph.edges]), "trace": trace_info(trace)}
+    out = {
+        "findings": [f.to_json() for f in report.findings],
+        "semantics": report.semantics,
+        "stuck_ranks": sorted(report.stuck),
+        "frontier": frontier,
+        "wait_for": sorted([list(e) for e in report.graph.edges]),
+        "trace": trace_info(trace),
+    }
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
@@ -49,9 +66,16 @@ def diff_object(d) -> dict:
     from dataclasses import asdict
 
     divergences = [dict(asdict(div), rank=div.ranks[0]) for div in d.divergences]
-    return {"equal": d.equal, "world_size_a": d.world_size_a, "world_size_b": d.world_size_b,
-            "streams_compared": d.streams_compared, "only_a": d.only_a, "only_b": d.only_b,
-            "divergences": divergences, "volume": d.volume.to_dicts()}
+    return {
+        "equal": d.equal,
+        "world_size_a": d.world_size_a,
+        "world_size_b": d.world_size_b,
+        "streams_compared": d.streams_compared,
+        "only_a": d.only_a,
+        "only_b": d.only_b,
+        "divergences": divergences,
+        "volume": d.volume.to_dicts(),
+    }
 
 
 def diff(a: Trace, b: Trace, d) -> None:

@@ -18,18 +18,32 @@ import polars as pl
 
 from analyzer.render.console import human_bytes
 
-PHASE_COLOURS = {"forward": "#4c78a8", "backward": "#f58518", "optimizer": "#54a24b", "other": "#b8b8b8",
-                 "unknown": "#9d755d"}
+PHASE_COLOURS = {
+    "forward": "#4c78a8",
+    "backward": "#f58518",
+    "optimizer": "#54a24b",
+    "other": "#b8b8b8",
+    "unknown": "#9d755d",
+}
 PHASE_ORDER = ("forward", "backward", "optimizer", "other", "unknown")
 SIDE_COLOURS = {"A": "#9aa5b1", "B": "#4c78a8"}
 DIM_COLOURS = ("#2a9d8f", "#8e6bbf", "#e9b949", "#d1495b", "#66a182", "#00798c", "#9c6644", "#5c6b73")
 """Mesh dims: unlike the phase colours, so two neighbouring charts never use one colour for two things."""
 MAX_BARS = 30
 """Rows of the dim x op chart; the smallest rest are summed into one "other" row."""
-RC = {"svg.fonttype": "none", "text.parse_math": False, "font.size": 10, "font.family": "sans-serif",
-      "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial", "Liberation Sans"],
-      "axes.spines.top": False, "axes.spines.right": False, "axes.titlesize": 11, "axes.titleweight": "bold",
-      "legend.frameon": False, "svg.image_inline": True}
+RC = {
+    "svg.fonttype": "none",
+    "text.parse_math": False,
+    "font.size": 10,
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial", "Liberation Sans"],
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "legend.frameon": False,
+    "svg.image_inline": True,
+}
 
 
 def figure(width: float, height: float):
@@ -46,7 +60,7 @@ def to_svg(fig, name: str) -> str:
     with matplotlib.rc_context({"svg.hashsalt": f"commtrace-{name}"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "commtrace"})
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]
+    svg = svg[svg.index("<svg") :]
     # width/height in pt pin the size; a viewBox with a CSS max-width scales it to the page
     return re.sub(r'<svg([^>]*?) width="[\d.]+pt" height="[\d.]+pt"', r'<svg\1 class="plot"', svg, count=1)
 
@@ -56,7 +70,7 @@ def unit_of(largest: float) -> tuple[float, str]:
     unit, so the axis ticks land on round numbers of it (1, 2, 4 MiB), not of bytes."""
     for i, name in enumerate(("B", "KiB", "MiB", "GiB", "TiB")):
         if largest < 1024 ** (i + 1) or name == "TiB":
-            return float(1024 ** i), name
+            return float(1024**i), name
     return 1.0, "B"
 
 
@@ -72,8 +86,11 @@ def volume_by_dim_op_phase(volume: pl.DataFrame) -> str | None:
     import matplotlib
 
     table = volume.with_columns(row=pl.format("{} · {}", "dim", "op"))
-    rows = (table.group_by("row").agg(total=pl.col("bytes").sum(), calls=pl.col("calls").sum())
-            .sort("total", "row", descending=[True, False]))
+    rows = (
+        table.group_by("row")
+        .agg(total=pl.col("bytes").sum(), calls=pl.col("calls").sum())
+        .sort("total", "row", descending=[True, False])
+    )
     keep = rows.head(MAX_BARS)["row"].to_list()
     if rows.height > MAX_BARS:  # the long tail as one bar, so the chart stays readable
         rest = f"{rows.height - MAX_BARS} more dim · op rows"
@@ -81,8 +98,10 @@ def volume_by_dim_op_phase(volume: pl.DataFrame) -> str | None:
         keep.append(rest)
         rows = table.group_by("row").agg(total=pl.col("bytes").sum(), calls=pl.col("calls").sum())
     totals = {r["row"]: r for r in rows.iter_rows(named=True)}
-    cell = {(r["row"], r["phase"]): r["bytes"] for r in
-            table.group_by("row", "phase").agg(pl.col("bytes").sum()).iter_rows(named=True)}
+    cell = {
+        (r["row"], r["phase"]): r["bytes"]
+        for r in table.group_by("row", "phase").agg(pl.col("bytes").sum()).iter_rows(named=True)
+    }
     phases = [p for p in PHASE_ORDER if any((row, p) in cell for row in keep)]
     phases += sorted({p for _, p in cell} - set(phases))
     order = keep[::-1]  # largest at the top
@@ -96,8 +115,13 @@ def volume_by_dim_op_phase(volume: pl.DataFrame) -> str | None:
             ax.barh(order, widths, left=left, color=PHASE_COLOURS.get(phase, "#bab0ac"), label=phase, height=0.7)
             left = [a + b for a, b in zip(left, widths)]
         for y, row in enumerate(order):
-            ax.annotate(f" {human_bytes(totals[row]['total'])} · {totals[row]['calls']:,} calls", (left[y], y),
-                        va="center", fontsize=8.5, color="#333333")
+            ax.annotate(
+                f" {human_bytes(totals[row]['total'])} · {totals[row]['calls']:,} calls",
+                (left[y], y),
+                va="center",
+                fontsize=8.5,
+                color="#333333",
+            )
         ax.set_xlim(0, max(left) * 1.3)
         _grid(ax, "x")
         ax.set_xlabel(f"{unit} (larger buffer side of each call, summed over all ranks)")
@@ -124,8 +148,14 @@ def volume_by_step(per_step: pl.DataFrame) -> str | None:
         bottom = [0.0] * len(steps)
         for i, dim in enumerate(dims):
             heights = [cell.get((s, dim), 0) / div for s in steps]
-            ax.bar(x, heights, bottom=bottom, color=DIM_COLOURS[i % len(DIM_COLOURS)], label=dim,
-                   width=0.55 if len(x) > 1 else 0.3)
+            ax.bar(
+                x,
+                heights,
+                bottom=bottom,
+                color=DIM_COLOURS[i % len(DIM_COLOURS)],
+                label=dim,
+                width=0.55 if len(x) > 1 else 0.3,
+            )
             bottom = [a + b for a, b in zip(bottom, heights)]
         ax.set_xticks(x, [str(s) for s in steps])
         ax.set_xlabel("step (optimizer steps completed before the op)")

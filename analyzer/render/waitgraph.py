@@ -30,8 +30,12 @@ LABELLED = 10
 """Up to this many drawn ranks, every rank gets a note saying what it is blocked in (above
 that, only the root causes do)."""
 COLOURS = {"cycle": "#d62728", "stalled": "#ff7f0e", "waiting": "#9aa5b1", "omitted": "#e6eaef"}
-LEGEND = {"cycle": "on a deadlock cycle", "stalled": "stalled: never entered (root cause)",
-          "waiting": "blocked, waiting", "omitted": "waiting ranks folded (not drawn)"}
+LEGEND = {
+    "cycle": "on a deadlock cycle",
+    "stalled": "stalled: never entered (root cause)",
+    "waiting": "blocked, waiting",
+    "omitted": "waiting ranks folded (not drawn)",
+}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -156,22 +160,51 @@ def draw(hang, note=None) -> WaitPicture | None:
         fig = figure(9.5, 4.8 if only_cycle else min(11.0, max(3.6, per_node * tallest + 1.2)))
         ax = fig.add_subplot()
         ax.set_axis_off()
-        nx.draw_networkx_nodes(shown, pos, nodelist=ranks, node_color=[COLOURS[role[n]] for n in ranks],
-                               node_size=size, edgecolors="#333333", linewidths=0.8, ax=ax)
-        nx.draw_networkx_labels(shown, pos, labels={n: str(n) for n in ranks}, font_size=8.5, font_weight="bold",
-                                font_color="white", ax=ax)
+        nx.draw_networkx_nodes(
+            shown,
+            pos,
+            nodelist=ranks,
+            node_color=[COLOURS[role[n]] for n in ranks],
+            node_size=size,
+            edgecolors="#333333",
+            linewidths=0.8,
+            ax=ax,
+        )
+        nx.draw_networkx_labels(
+            shown, pos, labels={n: str(n) for n in ranks}, font_size=8.5, font_weight="bold", font_color="white", ax=ax
+        )
         if folds:
-            nx.draw_networkx_nodes(shown, pos, nodelist=list(folds), node_color=COLOURS["omitted"], node_shape="s",
-                                   node_size=1500, edgecolors="#888888", linewidths=0.8, ax=ax)
-            nx.draw_networkx_labels(shown, pos, labels={k: f"+{c}\nwaiting" for k, c in folds.items()},
-                                    font_size=7.5, ax=ax)
+            nx.draw_networkx_nodes(
+                shown,
+                pos,
+                nodelist=list(folds),
+                node_color=COLOURS["omitted"],
+                node_shape="s",
+                node_size=1500,
+                edgecolors="#888888",
+                linewidths=0.8,
+                ax=ax,
+            )
+            nx.draw_networkx_labels(
+                shown, pos, labels={k: f"+{c}\nwaiting" for k, c in folds.items()}, font_size=7.5, ax=ax
+            )
         red = [(u, v) for u, v in shown.edges if role[u] == "cycle" and role[v] == "cycle"]
         grey = [e for e in shown.edges if role[e[0]] != "cycle" or role[e[1]] != "cycle"]
         # curved arrows: the two arrows of a 2-rank cycle would otherwise lie on top of each other
         for edges, colour, width in ((grey, "#7a8691", 0.9), (red, COLOURS["cycle"], 2.2)):
             if edges:
-                nx.draw_networkx_edges(shown, pos, edgelist=edges, edge_color=colour, width=width, arrows=True,
-                                       arrowsize=13, connectionstyle="arc3,rad=0.12", node_size=size, ax=ax)
+                nx.draw_networkx_edges(
+                    shown,
+                    pos,
+                    edgelist=edges,
+                    edge_color=colour,
+                    width=width,
+                    arrows=True,
+                    arrowsize=13,
+                    connectionstyle="arc3,rad=0.12",
+                    node_size=size,
+                    ax=ax,
+                )
         for n in ranks:
             root = role[n] in ("cycle", "stalled")
             text = note(n) if note is not None and (labelled or root) else ""
@@ -180,18 +213,38 @@ def draw(hang, note=None) -> WaitPicture | None:
             # root causes of a layered picture sit in the right-most column: their note goes right,
             # clear of the arrows coming in from the left; other notes go under their node
             right = root and not only_cycle
-            ax.annotate(text, pos[n], xytext=(16, 0) if right else (0, -17), textcoords="offset points",
-                        ha="left" if right else "center", va="center" if right else "top", fontsize=7.5,
-                        color="#333333", bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
-                        zorder=0.5)  # under nodes and arrows: a long note never hides a neighbour
+            ax.annotate(
+                text,
+                pos[n],
+                xytext=(16, 0) if right else (0, -17),
+                textcoords="offset points",
+                ha="left" if right else "center",
+                va="center" if right else "top",
+                fontsize=7.5,
+                color="#333333",
+                bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
+                zorder=0.5,
+            )  # under nodes and arrows: a long note never hides a neighbour
         ax.margins(x=0.16, y=0.2 if only_cycle else 0.1)
         if not only_cycle:  # room on the right for the root causes' notes
             lo, hi = ax.get_xlim()
             ax.set_xlim(lo, hi + 0.45 * (hi - lo))
         used = [r for r in ("cycle", "stalled", "waiting", "omitted") if r in role.values()]
-        handles = [Line2D([], [], marker="s" if r == "omitted" else "o", linestyle="", markersize=10,
-                          markerfacecolor=COLOURS[r], markeredgecolor="#333333", label=LEGEND[r]) for r in used]
+        handles = [
+            Line2D(
+                [],
+                [],
+                marker="s" if r == "omitted" else "o",
+                linestyle="",
+                markersize=10,
+                markerfacecolor=COLOURS[r],
+                markeredgecolor="#333333",
+                label=LEGEND[r],
+            )
+            for r in used
+        ]
         fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), fontsize=9)
         svg = to_svg(fig, "waitfor")
-    return WaitPicture(svg=svg, drawn=len(ranks), omitted=omitted, cycle_ranks=sorted(set(on_cycle)),
-                       stalled_ranks=stalled)
+    return WaitPicture(
+        svg=svg, drawn=len(ranks), omitted=omitted, cycle_ranks=sorted(set(on_cycle)), stalled_ranks=stalled
+    )

@@ -9,6 +9,7 @@ import polars as pl
 from analyzer.trace import Trace
 from analyzer.waitfor.semantics import COLLECTIVE, RECV, SEND, WAIT, comm_patterns
 
+
 def ordered(trace: Trace) -> bool:
     """A columnar certificate that no ordering deadlock exists: give each collective / p2p
     instance a number T; if T grows strictly along every rank's stream, processing instances in
@@ -21,8 +22,9 @@ def ordered(trace: Trace) -> bool:
     pats = comm_patterns(trace).filter((pl.col("kind") != WAIT) & (pl.col("group") >= 0))
     if pats.is_empty():
         return True
-    ev = trace.with_patterns(trace.with_codes(trace.stream.select("rank", "code", "seq"), pats), "group", "kind",
-                             table=pats)
+    ev = trace.with_patterns(
+        trace.with_codes(trace.stream.select("rank", "code", "seq"), pats), "group", "kind", table=pats
+    )
     ev = ev.with_columns(pos=_position_in_rank(ev["rank"]))
     coll = pl.col("kind") == COLLECTIVE  # p2p rows are always kept: pairs legitimately differ in counts
     counts = ev.filter(coll).group_by("group", "rank").agg(n=pl.len())
@@ -32,10 +34,10 @@ def ordered(trace: Trace) -> bool:
         ev = ev.join(odd, on="rank", how="anti", maintain_order="left")
     if ev.filter(~coll).height:  # p2p: instance (group, seq, src, dst), T = median position
         peer = trace.with_patterns(ev.select("code"), "peer", table=pats)["peer"]
-        ev = ev.with_columns(a=pl.when(pl.col("kind") == SEND).then("rank").when(pl.col("kind") == RECV).then(peer)
-                             .otherwise(-1),
-                             b=pl.when(pl.col("kind") == SEND).then(peer).when(pl.col("kind") == RECV).then("rank")
-                             .otherwise(-1))
+        ev = ev.with_columns(
+            a=pl.when(pl.col("kind") == SEND).then("rank").when(pl.col("kind") == RECV).then(peer).otherwise(-1),
+            b=pl.when(pl.col("kind") == SEND).then(peer).when(pl.col("kind") == RECV).then("rank").otherwise(-1),
+        )
         t = ev.select(pl.col("pos").median().over("group", "seq", "a", "b"))
     else:  # collectives only: one int64 key (group, seq), T = earliest position
         key = (pl.col("group").cast(pl.Int64) * (1 << 40) + pl.col("seq")).alias("key")

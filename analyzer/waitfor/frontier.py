@@ -6,8 +6,17 @@ from __future__ import annotations
 import polars as pl
 
 from analyzer.trace import Trace
-from analyzer.waitfor.semantics import (COLLECTIVE, RECV, SEND, WAIT, Blocked, comm_patterns, group_members, op_key,
-                                        waits_for)
+from analyzer.waitfor.semantics import (
+    COLLECTIVE,
+    RECV,
+    SEND,
+    WAIT,
+    Blocked,
+    comm_patterns,
+    group_members,
+    op_key,
+    waits_for,
+)
 from traceformat.format import COLLECTIVE_OPS
 
 
@@ -23,39 +32,72 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     fr_state = "state" in trace.stream.columns  # Flight Recorder knows which entries completed
     pats = comm_patterns(trace)
     # lean rows (82 M of them at scale); every other column only for the rows found stuck
-    ev = trace.with_patterns(trace.with_codes(trace.stream.select("rank", "idx", "code", "seq", "step",
-                                                                  *(["state"] if fr_state else [])), pats),
-                             "group", "kind", table=pats)
-    size = pl.DataFrame({"group": list(members), "size": [len(ms) for ms in members.values()]},
-                        schema={"group": pl.Int32, "size": pl.Int64})
+    ev = trace.with_patterns(
+        trace.with_codes(
+            trace.stream.select("rank", "idx", "code", "seq", "step", *(["state"] if fr_state else [])), pats
+        ),
+        "group",
+        "kind",
+        table=pats,
+    )
+    size = pl.DataFrame(
+        {"group": list(members), "size": [len(ms) for ms in members.values()]},
+        schema={"group": pl.Int32, "size": pl.Int64},
+    )
     coll = ev.filter(pl.col("kind") == COLLECTIVE)
     # a ring buffer (FR) forgets old entries: ignore instances older than every member's oldest
-    horizon = coll.group_by("group", "rank").agg(first=pl.col("seq").min()).group_by("group").agg(
-        horizon=pl.col("first").max())
+    horizon = (
+        coll.group_by("group", "rank")
+        .agg(first=pl.col("seq").min())
+        .group_by("group")
+        .agg(horizon=pl.col("first").max())
+    )
     done = (pl.col("state") == "completed").any() if fr_state else pl.lit(False)
-    inst = (coll.group_by("group", "seq").agg(n=pl.len(), done=done).join(size, on="group")
-            .join(horizon, on="group")
-            .filter((pl.col("n") < pl.col("size")) & (pl.col("seq") >= pl.col("horizon")) & ~pl.col("done")))
+    inst = (
+        coll.group_by("group", "seq")
+        .agg(n=pl.len(), done=done)
+        .join(size, on="group")
+        .join(horizon, on="group")
+        .filter((pl.col("n") < pl.col("size")) & (pl.col("seq") >= pl.col("horizon")) & ~pl.col("done"))
+    )
     lean = ["rank", "idx", "code", "seq", "step"]
     stuck_coll = coll.join(inst.select("group", "seq"), on=["group", "seq"]).select(lean)
     p2p = trace.with_patterns(ev.filter(pl.col("kind").is_in([SEND, RECV])), "peer", table=pats)
     sends = p2p.filter(pl.col("kind") == SEND).with_columns(src=pl.col("rank"), dst=pl.col("peer"))
     recvs = p2p.filter(pl.col("kind") == RECV).with_columns(src=pl.col("peer"), dst=pl.col("rank"))
     keys = ["group", "src", "dst", "seq"]
-    stuck_p2p = pl.concat([sends.join(recvs.select(keys), on=keys, how="anti"),
-                           recvs.join(sends.select(keys), on=keys, how="anti")]).select(lean)
-    stuck = trace.with_patterns(pl.concat([stuck_coll, stuck_p2p]), "op", "group", "peer", "async_op", "ref",
-                                "in_bytes", "frame", "module", "phase", table=pats)
-    waits = trace.with_patterns(ev.filter(pl.col("kind") == WAIT).select("rank", "idx", "code"), "ref",
-                                table=pats).select("rank", ref="ref", wait_idx="idx")
-    stuck = (stuck.join(waits, left_on=["rank", "idx"], right_on=["rank", "ref"], how="left")
-             .with_columns(block=pl.when(pl.col("async_op") == 1).then("wait_idx").otherwise("idx"))
-             .filter(pl.col("block").is_not_null())
-             .sort("rank", "block").group_by("rank", maintain_order=True).first())
+    stuck_p2p = pl.concat(
+        [sends.join(recvs.select(keys), on=keys, how="anti"), recvs.join(sends.select(keys), on=keys, how="anti")]
+    ).select(lean)
+    stuck = trace.with_patterns(
+        pl.concat([stuck_coll, stuck_p2p]),
+        "op",
+        "group",
+        "peer",
+        "async_op",
+        "ref",
+        "in_bytes",
+        "frame",
+        "module",
+        "phase",
+        table=pats,
+    )
+    waits = trace.with_patterns(
+        ev.filter(pl.col("kind") == WAIT).select("rank", "idx", "code"), "ref", table=pats
+    ).select("rank", ref="ref", wait_idx="idx")
+    stuck = (
+        stuck.join(waits, left_on=["rank", "idx"], right_on=["rank", "ref"], how="left")
+        .with_columns(block=pl.when(pl.col("async_op") == 1).then("wait_idx").otherwise("idx"))
+        .filter(pl.col("block").is_not_null())
+        .sort("rank", "block")
+        .group_by("rank", maintain_order=True)
+        .first()
+    )
     if stuck.is_empty():
         return {}
-    arrived_rows = coll.join(stuck.filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS))).select("group", "seq").unique(),
-                             on=["group", "seq"])
+    arrived_rows = coll.join(
+        stuck.filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS))).select("group", "seq").unique(), on=["group", "seq"]
+    )
     arrived = {(g, s): set(rs) for g, s, rs in arrived_rows.group_by("group", "seq").agg(pl.col("rank")).iter_rows()}
     out = {}
     for row in stuck.to_dicts():
@@ -63,5 +105,3 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
         got = arrived.get((row["group"], row["seq"]), set()) if key[0] == "c" else set()
         out[row["rank"]] = Blocked(row["rank"], row, key, waits_for(key, got, members, present))
     return out
-
-

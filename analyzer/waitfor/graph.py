@@ -6,6 +6,7 @@ import networkx as nx
 
 from analyzer.waitfor.semantics import Blocked
 
+
 def wait_graph(blocked: dict[int, Blocked]) -> nx.DiGraph:
     g = nx.DiGraph()
     for b in blocked.values():

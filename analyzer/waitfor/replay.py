@@ -11,10 +11,14 @@ import polars as pl
 from analyzer.trace import Trace
 from analyzer.waitfor.semantics import _STREAM_COLUMNS, COMM, Blocked, group_members, op_key, waits_for
 
+
 def comm_streams(trace: Trace, skip_groups: set[int] = frozenset()) -> dict[int, list[dict]]:
     """Per rank, its collectives, p2p ops and waits in program order (small traces: dicts)."""
-    ev = (trace.select(*_STREAM_COLUMNS, ops=COMM).with_columns(op=pl.col("op").cast(pl.String))
-          .filter(~pl.col("group").is_in(sorted(skip_groups))))
+    ev = (
+        trace.select(*_STREAM_COLUMNS, ops=COMM)
+        .with_columns(op=pl.col("op").cast(pl.String))
+        .filter(~pl.col("group").is_in(sorted(skip_groups)))
+    )
     out: dict[int, list[dict]] = {r: [] for r in trace.ranks}
     for row in ev.iter_rows(named=True):
         out[row["rank"]].append(row)
@@ -35,7 +39,8 @@ def simulate(trace: Trace, eager_bytes: int = 0, skip_groups: set[int] = frozens
     if n > REPLAY_LIMIT:
         raise ReplayTooLarge(
             f"{n:,} comm events do not pass the columnar ordering certificate, and the step-by-step "
-            f"replay stops at {REPLAY_LIMIT:,}: record fewer ranks (--ranks) or steps to check the ordering")
+            f"replay stops at {REPLAY_LIMIT:,}: record fewer ranks (--ranks) or steps to check the ordering"
+        )
     streams = comm_streams(trace, skip_groups)
     present = set(trace.ranks)
     size = {g["gid"]: len([r for r in g["ranks"] if r in present]) for g in trace.groups.iter_rows(named=True)}
@@ -103,7 +108,7 @@ def simulate(trace: Trace, eager_bytes: int = 0, skip_groups: set[int] = frozens
             return issued.get(key, 0) >= size.get(key[1], 0)
         return (("r",) + key[1:] if key[0] == "s" else ("s",) + key[1:]) in issued
 
-    return {r: Blocked(r, ev, key, waits_for(key, arrived.get(key, ()), members, present), matched(key))
-            for r, (ev, key) in blocked.items()}
-
-
+    return {
+        r: Blocked(r, ev, key, waits_for(key, arrived.get(key, ()), members, present), matched(key))
+        for r, (ev, key) in blocked.items()
+    }

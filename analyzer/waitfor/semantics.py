@@ -23,8 +23,21 @@ from analyzer.trace import Trace
 from traceformat.format import COLLECTIVE_OPS
 
 COMM = sorted(COLLECTIVE_OPS | {"send", "recv", "wait"})
-_STREAM_COLUMNS = ("rank", "idx", "op", "group", "seq", "peer", "async_op", "ref", "in_bytes", "frame", "module",
-                   "phase", "step")
+_STREAM_COLUMNS = (
+    "rank",
+    "idx",
+    "op",
+    "group",
+    "seq",
+    "peer",
+    "async_op",
+    "ref",
+    "in_bytes",
+    "frame",
+    "module",
+    "phase",
+    "step",
+)
 COLLECTIVE, SEND, RECV, WAIT = 0, 1, 2, 3
 _KIND = {"send": SEND, "recv": RECV, "wait": WAIT}  # anything else in COMM is a collective
 DRY_RUN_MODES = ("fake", "local")  # recordings that never block; anything else is post-mortem
@@ -59,8 +72,11 @@ def op_key(ev: dict, rank: int) -> tuple:
 def comm_patterns(trace: Trace) -> pl.DataFrame:
     """The patterns of collectives, p2p ops and waits, op as text, with their `kind`
     (COLLECTIVE, SEND, RECV, WAIT): what the columnar passes below filter events by."""
-    return (trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(COMM))
-            .with_columns(kind=pl.col("op").replace_strict(_KIND, default=COLLECTIVE, return_dtype=pl.Int8)))
+    return (
+        trace.patterns.with_columns(op=pl.col("op").cast(pl.String))
+        .filter(pl.col("op").is_in(COMM))
+        .with_columns(kind=pl.col("op").replace_strict(_KIND, default=COLLECTIVE, return_dtype=pl.Int8))
+    )
 
 
 def group_members(trace: Trace) -> dict[int, list[int]]:
@@ -72,5 +88,3 @@ def waits_for(key: tuple, arrived, members: dict[int, list[int]], present: set) 
     if key[0] == "c":
         return [m for m in members.get(key[1], []) if m in present and m not in arrived]
     return [key[3] if key[0] == "s" else key[2]]
-
-

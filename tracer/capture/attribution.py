@@ -43,10 +43,12 @@ class Attribution:
         self._parent_mod = None
 
     def install(self) -> None:
-        self._handles = [register_optimizer_step_pre_hook(self._opt_pre),
-                         register_optimizer_step_post_hook(self._opt_post),
-                         register_module_forward_pre_hook(self._fw_pre),
-                         register_module_forward_hook(self._fw_post, always_call=True)]
+        self._handles = [
+            register_optimizer_step_pre_hook(self._opt_pre),
+            register_optimizer_step_post_hook(self._opt_post),
+            register_module_forward_pre_hook(self._fw_pre),
+            register_module_forward_hook(self._fw_post, always_call=True),
+        ]
 
     def uninstall(self) -> None:
         for h in self._handles:
@@ -65,7 +67,8 @@ class Attribution:
                     # descendants, not only children: a block in a ModuleDict / ModuleList is
                     # called by the model itself, so its container never enters the stack
                     siblings = self._children[id(self._parent_mod)] = {
-                        id(m): n for n, m in self._parent_mod.named_modules(remove_duplicate=False) if n}
+                        id(m): n for n, m in self._parent_mod.named_modules(remove_duplicate=False) if n
+                    }
                 child = siblings.get(id(mod))
                 base = "" if len(self._stack) == 1 else parent + "."
                 name = base + child if child is not None else type(mod).__name__
@@ -82,8 +85,13 @@ class Attribution:
             return
         name = self._stack.pop()
         self._mods.pop()
-        t = out if isinstance(out, torch.Tensor) else next(
-            (x for x in out if isinstance(x, torch.Tensor)), None) if isinstance(out, (tuple, list)) else None
+        t = (
+            out
+            if isinstance(out, torch.Tensor)
+            else next((x for x in out if isinstance(x, torch.Tensor)), None)
+            if isinstance(out, (tuple, list))
+            else None
+        )
         fn = getattr(t, "grad_fn", None)
         if fn is not None:
             fn.register_prehook(lambda grads, _name=name: self._entered_backward(_name))
@@ -145,8 +153,11 @@ class Attribution:
         path = code.co_filename
         if path.startswith(_TRACER_DIR) and not path.startswith(_WORKLOADS_DIR):
             return None
-        if (path.startswith((_TORCH_DIR,) + _STDLIB_DIRS) or path.startswith("<")
-                or f"{os.sep}site-packages{os.sep}" in path):
+        if (
+            path.startswith((_TORCH_DIR,) + _STDLIB_DIRS)
+            or path.startswith("<")
+            or f"{os.sep}site-packages{os.sep}" in path
+        ):
             return None
         try:
             rel = os.path.relpath(path, self._root)
@@ -154,4 +165,6 @@ class Attribution:
             rel = path
         if rel.startswith(".." + os.sep + ".."):
             rel = path
-        return rel.replace("{", "{{").replace("}", "}}") + ":{} in " + code.co_name.replace("{", "{{").replace("}", "}}")
+        return (
+            rel.replace("{", "{{").replace("}", "}}") + ":{} in " + code.co_name.replace("{", "{{").replace("}", "}}")
+        )

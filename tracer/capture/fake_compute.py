@@ -32,8 +32,12 @@ import sys
 
 import torch
 import torch.distributed.distributed_c10d as c10d
-from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
-                                           FakeTensorMode, unset_fake_temporarily)
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+    unset_fake_temporarily,
+)
 
 from tracer.capture import local_ops  # how a functional collective's arguments become a Call
 from tracer.capture.patches import Patcher
@@ -139,9 +143,23 @@ def install(p: Patcher) -> None:
 
 # DeviceMesh accessors DTensor calls on every op (~8k calls per rank): plain Python over ints
 # and layouts, no tensor, so they need no lifting of the fake mode (which cost ~10 % of a rank)
-_MESH_ACCESSORS = frozenset({"__eq__", "__hash__", "_hash_key", "size", "ndim", "shape", "device_type",
-                             "mesh_dim_names", "get_coordinate", "_is_current_rank_part_of_mesh",
-                             "_sym_get_coordinate", "__getstate__", "__setstate__"})
+_MESH_ACCESSORS = frozenset(
+    {
+        "__eq__",
+        "__hash__",
+        "_hash_key",
+        "size",
+        "ndim",
+        "shape",
+        "device_type",
+        "mesh_dim_names",
+        "get_coordinate",
+        "_is_current_rank_part_of_mesh",
+        "_sym_get_coordinate",
+        "__getstate__",
+        "__setstate__",
+    }
+)
 
 # modules that cannot hold a program's reference to a group or mesh constructor
 _SKIP = ("torch.", "numpy", "sympy", "polars", "msgpack", "rich", "typer")

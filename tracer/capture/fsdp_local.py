@@ -7,6 +7,7 @@ patches below fix both; all are no-ops for plain tensors and outside LocalTensor
 Limitation: a parameter too small to give every rank a non-empty shard is refused (FSDP
 branches in Python on `numel() > 0`, which would differ per rank).
 """
+
 import torch
 
 from tracer.capture.patches import Patcher
@@ -14,12 +15,14 @@ from tracer.capture.patches import Patcher
 
 def _lt_cls():
     from torch.distributed._local_tensor import LocalTensor
+
     return LocalTensor
 
 
 def _local_int_map(i):
     """SymInt backed by LocalIntNode -> {rank: int}; otherwise None."""
     from torch.distributed._local_tensor import LocalIntNode
+
     if isinstance(i, torch.SymInt) and isinstance(i.node, LocalIntNode):
         return dict(i.node._local_ints)
     return None
@@ -37,6 +40,7 @@ class _RankIndexableChunks(list):
         if per_rank is None:
             return super().__getitem__(idx)
         from torch.distributed._local_tensor import enabled_local_tensor_mode
+
         LocalTensor = _lt_cls()
         out = {}
         for r, k in per_rank.items():

@@ -17,24 +17,32 @@ from torch.distributed._local_tensor import _c10d as local_c10d
 
 from tracer.capture.patches import Patcher
 from tracer.capture.process_group import RecordingWork, reduce_name
-from tracer.capture.recorder import Call, GroupRef, RecordError, Recorder
+from tracer.capture.recorder import Call, GroupRef, Recorder, RecordError
 
 _NAMESPACES = frozenset({"c10d", "_c10d_functional", "_dtensor"})
 
 # op schema name -> (recorded op, how to read the arguments)
 _C10D = {
-    "c10d::allreduce_": "all_reduce", "c10d::allreduce_coalesced_": "all_reduce_coalesced",
-    "c10d::allgather_": "all_gather", "c10d::allgather_coalesced_": "all_gather_coalesced",
+    "c10d::allreduce_": "all_reduce",
+    "c10d::allreduce_coalesced_": "all_reduce_coalesced",
+    "c10d::allgather_": "all_gather",
+    "c10d::allgather_coalesced_": "all_gather_coalesced",
     "c10d::_allgather_base_": "all_gather_into_tensor",
     "c10d::allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
-    "c10d::reduce_scatter_": "reduce_scatter", "c10d::_reduce_scatter_base_": "reduce_scatter_tensor",
+    "c10d::reduce_scatter_": "reduce_scatter",
+    "c10d::_reduce_scatter_base_": "reduce_scatter_tensor",
     "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
-    "c10d::broadcast_": "broadcast", "c10d::reduce_": "reduce", "c10d::gather_": "gather",
-    "c10d::scatter_": "scatter", "c10d::alltoall_": "all_to_all", "c10d::alltoall_base_": "all_to_all_single",
+    "c10d::broadcast_": "broadcast",
+    "c10d::reduce_": "reduce",
+    "c10d::gather_": "gather",
+    "c10d::scatter_": "scatter",
+    "c10d::alltoall_": "all_to_all",
+    "c10d::alltoall_base_": "all_to_all_single",
     "c10d::barrier": "barrier",
 }
 _FUNCTIONAL = {
-    "_c10d_functional::all_reduce": "all_reduce", "_c10d_functional::all_reduce_": "all_reduce",
+    "_c10d_functional::all_reduce": "all_reduce",
+    "_c10d_functional::all_reduce_": "all_reduce",
     "_c10d_functional::all_reduce_coalesced": "all_reduce_coalesced",
     "_c10d_functional::all_reduce_coalesced_": "all_reduce_coalesced",
     "_c10d_functional::all_gather_into_tensor": "all_gather_into_tensor",
@@ -43,7 +51,8 @@ _FUNCTIONAL = {
     "_c10d_functional::reduce_scatter_tensor": "reduce_scatter_tensor",
     "_c10d_functional::reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
     "_c10d_functional::all_to_all_single": "all_to_all_single",
-    "_c10d_functional::broadcast": "broadcast", "_c10d_functional::broadcast_": "broadcast",
+    "_c10d_functional::broadcast": "broadcast",
+    "_c10d_functional::broadcast_": "broadcast",
     "_dtensor::shard_dim_alltoall": "all_to_all_single",
 }
 _P2P = frozenset({"c10d::send", "c10d::recv_", "c10d::recv_any_source_"})
@@ -82,8 +91,9 @@ def _describe(name: str, a: dict, result) -> Call:
             pass
         else:
             ins = next(a[k] for k in ("input_tensors", "input_tensor", "inputs", "input_list", "input") if k in a)
-            outs = next(a[k] for k in ("output_tensors", "output_tensor", "outputs", "output_lists", "output")
-                        if k in a)
+            outs = next(
+                a[k] for k in ("output_tensors", "output_tensor", "outputs", "output_lists", "output") if k in a
+            )
             call.inputs, call.outputs = _flat(ins), _flat(outs)
         if "reduce_op" in a:
             call.reduce_op = reduce_name(a["reduce_op"])
@@ -132,8 +142,10 @@ def install(p: Patcher, rec: Recorder) -> None:
         name = func._schema.name
         kwargs = kwargs or {}
         if name in _P2P:
-            raise RecordError("p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
-                              "in lockstep); record this program with --mode fake")
+            raise RecordError(
+                "p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
+                "in lockstep); record this program with --mode fake"
+            )
         if name == "_c10d_functional::wait_tensor":
             indices = waits.pop(_storage_key(args[0]), None)
             if indices:

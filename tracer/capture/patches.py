@@ -13,14 +13,15 @@ import functools
 import inspect
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from tracer.capture import process_group as rpg
-from tracer.capture.recorder import GroupRef, RecordError, Recorder
+from tracer.capture.recorder import GroupRef, Recorder, RecordError
 
 _tls = threading.local()
 
@@ -85,8 +86,10 @@ def _install_init(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> N
         asked = sig.bind(*args, **kwargs).arguments
         size = asked.get("world_size", -1)
         if size not in (None, -1) and int(size) != world_size:
-            raise RecordError(f"the program calls init_process_group(world_size={size}) "
-                              f"but the recording simulates {world_size} ranks (--world-size)")
+            raise RecordError(
+                f"the program calls init_process_group(world_size={size}) "
+                f"but the recording simulates {world_size} ranks (--world-size)"
+            )
         keep = {k: asked[k] for k in ("timeout", "group_name") if k in asked}
         # fake mode: the recording backend. local mode: torch's own fake backend, because
         # LocalTensorMode only computes collectives that reach the dispatcher, and the c10d API
@@ -144,8 +147,13 @@ def _install_groups(p: Patcher, rec: Recorder) -> None:
             mine = next((list(sub) for sub in subs if me in sub), None)
             _tls.quiet = True
             try:
-                pg = (c10d._new_group_with_tag(mine, timeout=timeout, use_local_synchronization=True,
-                                               group_desc=group_desc) if mine is not None else None)
+                pg = (
+                    c10d._new_group_with_tag(
+                        mine, timeout=timeout, use_local_synchronization=True, group_desc=group_desc
+                    )
+                    if mine is not None
+                    else None
+                )
             finally:
                 _tls.quiet = False
         for sub in subs:
@@ -166,8 +174,12 @@ def _mesh_info(mesh, how: str, rank: int, view) -> dict:
         ranks = view(type(mesh)._get_mesh_tensor_from_full_mesh(full, current_rank=rank), rank)
     except (AttributeError, RuntimeError):
         ranks = view(mesh.mesh, rank)
-    return {"how": how, "shape": list(mesh.shape), "dims": list(mesh.mesh_dim_names or ()),
-            "ranks": [int(x) for x in ranks.flatten().tolist()]}
+    return {
+        "how": how,
+        "shape": list(mesh.shape),
+        "dims": list(mesh.mesh_dim_names or ()),
+        "ranks": [int(x) for x in ranks.flatten().tolist()],
+    }
 
 
 def _install_mesh(p: Patcher, rec: Recorder) -> None:
@@ -215,15 +227,25 @@ def _install_dtensor(p: Patcher, rec: Recorder) -> None:
         if current_spec.placements == target_spec.placements:
             return orig(local_tensor, current_spec, target_spec, *args, **kwargs)
         mesh = current_spec.mesh
-        info = {"mesh": list(mesh.mesh_dim_names or ()), "mesh_shape": list(mesh.shape),
-                "src": [str(x) for x in current_spec.placements], "dst": [str(x) for x in target_spec.placements],
-                "shape": list(current_spec.shape)}
+        info = {
+            "mesh": list(mesh.mesh_dim_names or ()),
+            "mesh_shape": list(mesh.shape),
+            "src": [str(x) for x in current_spec.placements],
+            "dst": [str(x) for x in target_spec.placements],
+            "shape": list(current_spec.shape),
+        }
         indices = {}
         where = rec.where()
         for r in rec.ranks:
             t = rec.view(local_tensor, r)
-            indices[r] = rec.event(r, "redistribute", where=where, dtype=str(t.dtype).removeprefix("torch."),
-                                   in_shapes=(tuple(t.shape),), info=info)
+            indices[r] = rec.event(
+                r,
+                "redistribute",
+                where=where,
+                dtype=str(t.dtype).removeprefix("torch."),
+                in_shapes=(tuple(t.shape),),
+                info=info,
+            )
         with rec.parent(indices):
             return orig(local_tensor, current_spec, target_spec, *args, **kwargs)
 

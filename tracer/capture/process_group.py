@@ -101,15 +101,17 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self._go(Call("all_reduce", self, tensors, tensors, reduce_name(opts.reduceOp), async_op=opts.asyncOp))
 
     def allreduce_coalesced(self, tensors, opts):
-        return self._go(Call("all_reduce_coalesced", self, tensors, tensors, reduce_name(opts.reduceOp),
-                             async_op=opts.asyncOp))
+        return self._go(
+            Call("all_reduce_coalesced", self, tensors, tensors, reduce_name(opts.reduceOp), async_op=opts.asyncOp)
+        )
 
     def allgather(self, output_lists, inputs, opts):
         return self._go(Call("all_gather", self, inputs, [t for ts in output_lists for t in ts], async_op=opts.asyncOp))
 
     def allgather_coalesced(self, output_lists, inputs, opts):
-        return self._go(Call("all_gather_coalesced", self, inputs, [t for ts in output_lists for t in ts],
-                             async_op=opts.asyncOp))
+        return self._go(
+            Call("all_gather_coalesced", self, inputs, [t for ts in output_lists for t in ts], async_op=opts.asyncOp)
+        )
 
     def all_gather_single(self, output, input, opts):
         return self._go(Call("all_gather_into_tensor", self, [input], [output], async_op=opts.asyncOp))
@@ -126,12 +128,21 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self.all_gather_single_coalesced(outputs, inputs, opts)
 
     def reduce_scatter(self, outputs, input_lists, opts):
-        return self._go(Call("reduce_scatter", self, [t for ts in input_lists for t in ts], outputs,
-                             reduce_name(opts.reduceOp), async_op=opts.asyncOp))
+        return self._go(
+            Call(
+                "reduce_scatter",
+                self,
+                [t for ts in input_lists for t in ts],
+                outputs,
+                reduce_name(opts.reduceOp),
+                async_op=opts.asyncOp,
+            )
+        )
 
     def reduce_scatter_single(self, output, input, opts):
-        return self._go(Call("reduce_scatter_tensor", self, [input], [output], reduce_name(opts.reduceOp),
-                             async_op=opts.asyncOp))
+        return self._go(
+            Call("reduce_scatter_tensor", self, [input], [output], reduce_name(opts.reduceOp), async_op=opts.asyncOp)
+        )
 
     def _reduce_scatter_base(self, output, input, opts):
         return self.reduce_scatter_single(output, input, opts)
@@ -147,23 +158,50 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self._go(Call("broadcast", self, tensors, tensors, root=opts.rootRank, async_op=opts.asyncOp))
 
     def reduce(self, tensors, opts):
-        return self._go(Call("reduce", self, tensors, tensors, reduce_name(opts.reduceOp), root=opts.rootRank,
-                             async_op=opts.asyncOp))
+        return self._go(
+            Call(
+                "reduce", self, tensors, tensors, reduce_name(opts.reduceOp), root=opts.rootRank, async_op=opts.asyncOp
+            )
+        )
 
     def gather(self, output_lists, inputs, opts):
-        return self._go(Call("gather", self, inputs, [t for ts in output_lists for t in ts], root=opts.rootRank,
-                             async_op=opts.asyncOp))
+        return self._go(
+            Call(
+                "gather",
+                self,
+                inputs,
+                [t for ts in output_lists for t in ts],
+                root=opts.rootRank,
+                async_op=opts.asyncOp,
+            )
+        )
 
     def scatter(self, outputs, input_lists, opts):
-        return self._go(Call("scatter", self, [t for ts in input_lists for t in ts], outputs, root=opts.rootRank,
-                             async_op=opts.asyncOp))
+        return self._go(
+            Call(
+                "scatter",
+                self,
+                [t for ts in input_lists for t in ts],
+                outputs,
+                root=opts.rootRank,
+                async_op=opts.asyncOp,
+            )
+        )
 
     def alltoall(self, outputs, inputs, opts):
         return self._go(Call("all_to_all", self, inputs, outputs, async_op=opts.asyncOp))
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts):
-        return self._go(Call("all_to_all_single", self, [input], [output],
-                             splits=(list(input_splits), list(output_splits)), async_op=opts.asyncOp))
+        return self._go(
+            Call(
+                "all_to_all_single",
+                self,
+                [input],
+                [output],
+                splits=(list(input_splits), list(output_splits)),
+                async_op=opts.asyncOp,
+            )
+        )
 
     def alltoall_base(self, output, input, output_splits, input_splits, opts):
         return self.all_to_all_single(output, input, output_splits, input_splits, opts)

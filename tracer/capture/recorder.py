@@ -12,8 +12,9 @@ import contextlib
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -87,8 +88,16 @@ class RankStream:
 class Recorder:
     """Owns the rank streams of this process and writes every event."""
 
-    def __init__(self, *, mode: str, world_size: int, ranks: list[int], parts_dir: str,
-                 config: dict | None = None, root: str | None = None):
+    def __init__(
+        self,
+        *,
+        mode: str,
+        world_size: int,
+        ranks: list[int],
+        parts_dir: str,
+        config: dict | None = None,
+        root: str | None = None,
+    ):
         self.mode = mode
         self.world_size = world_size
         self.ranks = list(ranks)
@@ -96,8 +105,15 @@ class Recorder:
         created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.streams: dict[int, RankStream] = {}
         for r in self.ranks:
-            header = fmt.make_header(world_size=world_size, ranks=[r], mode=mode, config=config,
-                                     torch_version=torch.__version__, created=created, part=True)
+            header = fmt.make_header(
+                world_size=world_size,
+                ranks=[r],
+                mode=mode,
+                config=config,
+                torch_version=torch.__version__,
+                created=created,
+                part=True,
+            )
             self.streams[r] = RankStream(r, part_path(parts_dir, r), header)
         self._batch = -1
         self._batches = 0
@@ -147,9 +163,17 @@ class Recorder:
             if name in values:
                 values[name] = w.atom(values[name])
         row = fmt.default_row(
-            op=w.atom(op), group=gid, module=w.atom(module), phase=w.atom(phase), step=step,
-            frame=w.atom(frame), parent=s.parents[-1] if s.parents else -1, batch=self._batch,
-            ts=time.perf_counter() - s.t0, **values)
+            op=w.atom(op),
+            group=gid,
+            module=w.atom(module),
+            phase=w.atom(phase),
+            step=step,
+            frame=w.atom(frame),
+            parent=s.parents[-1] if s.parents else -1,
+            batch=self._batch,
+            ts=time.perf_counter() - s.t0,
+            **values,
+        )
         w.row(rank, row)
         s.n += 1
         return s.n - 1
@@ -170,11 +194,14 @@ class Recorder:
                 if call.op == "gather" and not is_root:
                     outs = []
                 values: dict[str, Any] = dict(
-                    in_shapes=tuple(tuple(t.shape) for t in ins), out_shapes=tuple(tuple(t.shape) for t in outs),
+                    in_shapes=tuple(tuple(t.shape) for t in ins),
+                    out_shapes=tuple(tuple(t.shape) for t in outs),
                     in_bytes=sum(t.numel() * t.element_size() for t in ins),
                     out_bytes=sum(t.numel() * t.element_size() for t in outs),
-                    async_op=int(call.async_op), tag=call.tag)
-                first = (ins or outs)
+                    async_op=int(call.async_op),
+                    tag=call.tag,
+                )
+                first = ins or outs
                 if first:
                     values["dtype"] = tensor_dtype(first[0])
                 if call.reduce_op is not None:
@@ -184,7 +211,9 @@ class Recorder:
                 if call.peer is not None:
                     values["peer"] = g.ranks[call.peer] if 0 <= call.peer < len(g.ranks) else -1
                 if call.op == "all_to_all_single":
-                    values["splits"] = _a2a_splits(call.splits, ins[0], outs[0], len(g.ranks), lambda x: self.view(x, r))
+                    values["splits"] = _a2a_splits(
+                        call.splits, ins[0], outs[0], len(g.ranks), lambda x: self.view(x, r)
+                    )
                 out[r] = self.event(r, call.op, g, where, **values)
         return out
 

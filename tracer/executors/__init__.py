@@ -26,8 +26,9 @@ def log_path(job: Job) -> str:
     return os.path.join(job.parts_dir, f"job_{job.ranks[0]:05d}.log")
 
 
-def run(name: str, jobs: list[Job], *, workers: int, timeout: float | None, progress: bool,
-        ray_address: str | None = None) -> list:
+def run(
+    name: str, jobs: list[Job], *, workers: int, timeout: float | None, progress: bool, ray_address: str | None = None
+) -> list:
     """Run `jobs` on executor `name`; one outcome per job, in order."""
     bar = Progress(progress, sum(len(j.ranks) for j in jobs))
     try:
@@ -51,10 +52,18 @@ class Progress:
         self._p = None
         if enabled and sys.stderr.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
 
-            self._p = Bar(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TextColumn("ranks"),
-                          TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._p = Bar(
+                TextColumn("recording"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("ranks"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self._p.start()
             self._task = self._p.add_task("ranks", total=total)
 

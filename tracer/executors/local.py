@@ -20,9 +20,20 @@ from tracer.modes.run import Job
 
 # imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take
 # ~1 s; __main__ (e.g. the tracer CLI script) so that children do not re-run it either
-_PRELOAD = ["__main__", "torch", "torch.distributed", "tracer.capture.patches", "tracer.modes.run",
-            "torch.distributed.tensor", "torch.distributed.fsdp", "torch.distributed.pipelining",
-            "torch._dynamo", "torch._subclasses.fake_tensor", "tracer.capture.fake_compute", "tracer.workloads.train"]
+_PRELOAD = [
+    "__main__",
+    "torch",
+    "torch.distributed",
+    "tracer.capture.patches",
+    "tracer.modes.run",
+    "torch.distributed.tensor",
+    "torch.distributed.fsdp",
+    "torch.distributed.pipelining",
+    "torch._dynamo",
+    "torch._subclasses.fake_tensor",
+    "tracer.capture.fake_compute",
+    "tracer.workloads.train",
+]
 
 
 def _child(job: Job, log: str) -> None:

@@ -30,8 +30,9 @@ def _task(job: Job, timeout: float | None):
     return local.run([job], workers=1, timeout=timeout)[0]
 
 
-def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress | None = None,
-        address: str | None = None) -> list:
+def run(
+    jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress | None = None, address: str | None = None
+) -> list:
     try:
         import ray
     except ImportError:
@@ -81,8 +82,9 @@ def _check_reachable(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as e:
-        raise ValueError(f"--executor ray: cannot reach the Ray cluster at {address}: "
-                         f"{e.strerror or type(e).__name__}") from None
+        raise ValueError(
+            f"--executor ray: cannot reach the Ray cluster at {address}: {e.strerror or type(e).__name__}"
+        ) from None
 
 
 def _one_line(e: BaseException) -> str:

@@ -45,10 +45,18 @@ NEEDS_REAL_COMPUTE = 4
 
 
 def torchrun_env(rank: int, world_size: int) -> dict[str, str]:
-    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-            "ROLE_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
-            "TORCHELASTIC_RUN_ID": "commtrace"}
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "commtrace",
+    }
 
 
 def run_job(job: Job) -> int:
@@ -69,8 +77,14 @@ def run_job(job: Job) -> int:
     torch.set_flush_denormal(True)
     pg_rank = job.ranks[0] if job.mode == "fake" else 0
     os.environ.update(torchrun_env(pg_rank, job.world_size))
-    rec = Recorder(mode=job.mode, world_size=job.world_size, ranks=job.ranks, parts_dir=job.parts_dir,
-                   config=job.config, root=job.root or os.getcwd())
+    rec = Recorder(
+        mode=job.mode,
+        world_size=job.world_size,
+        ranks=job.ranks,
+        parts_dir=job.parts_dir,
+        config=job.config,
+        root=job.root or os.getcwd(),
+    )
     p = patches.Patcher()
     status, error, code = "ok", None, 3
     try:

@@ -131,18 +131,27 @@ def _load(path: str) -> Trace:
 def _globalize(d: RankDump, atoms: _Atoms, pgs: dict) -> dict:
     """A worker's local table ids -> the shared atom / process-group ids (numpy gathers)."""
     c = d.cols
-    site = np.array([[atoms.get(op), atoms.get(frame), peer] for op, frame, peer, _ in d.sites] or [[-1, -1, -1]],
-                    dtype=np.int64)[c["site"]]
+    site = np.array(
+        [[atoms.get(op), atoms.get(frame), peer] for op, frame, peer, _ in d.sites] or [[-1, -1, -1]], dtype=np.int64
+    )[c["site"]]
     backend = np.array([b for _, _, _, b in d.sites] + [""], dtype=object)[c["site"]]
     shapes = np.array([atoms.shape(s) for s in d.shapes] + [-1], dtype=np.int32)
     for key in d.pgs:
         pgs.setdefault(key, len(pgs))
-    return {"op": site[:, 0].astype(np.int32), "frame": site[:, 1].astype(np.int32), "peer_local": site[:, 2],
-            "backend": backend, "pg": np.array([pgs[k] for k in d.pgs] + [-1], dtype=np.int64)[c["pg"]],
-            "seq": c["seq"], "in_shapes": shapes[c["in_shapes"]], "out_shapes": shapes[c["out_shapes"]],
-            "dtype": np.array([atoms.get(t) for t in d.dtypes] + [-1], dtype=np.int32)[c["dtype"]],
-            "state": np.array(d.states + [None], dtype=object)[c["state"]], "ts_ns": c["ts_ns"],
-            "record_id": c["record_id"]}
+    return {
+        "op": site[:, 0].astype(np.int32),
+        "frame": site[:, 1].astype(np.int32),
+        "peer_local": site[:, 2],
+        "backend": backend,
+        "pg": np.array([pgs[k] for k in d.pgs] + [-1], dtype=np.int64)[c["pg"]],
+        "seq": c["seq"],
+        "in_shapes": shapes[c["in_shapes"]],
+        "out_shapes": shapes[c["out_shapes"]],
+        "dtype": np.array([atoms.get(t) for t in d.dtypes] + [-1], dtype=np.int32)[c["dtype"]],
+        "state": np.array(d.states + [None], dtype=object)[c["state"]],
+        "ts_ns": c["ts_ns"],
+        "record_id": c["record_id"],
+    }
 
 
 def kind_of(files: list) -> str:
@@ -232,17 +241,22 @@ def _common_start(ranks: dict, notes: list) -> None:
         notes.append(f"ring buffers wrapped: {dropped} older entries that not every rank still holds were left out")
 
 
-def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions: set, kind: str,
-           notes: list) -> Trace:
+def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions: set, kind: str, notes: list) -> Trace:
     expected = sorted(set(range(world)))
-    header = fmt.make_header(world_size=world, ranks=expected, mode="flight_recorder",
-                             config={"source": path, "ranks": expected, "fr_version": sorted(versions),
-                                     "dump_format": kind}, torch_version="")
+    header = fmt.make_header(
+        world_size=world,
+        ranks=expected,
+        mode="flight_recorder",
+        config={"source": path, "ranks": expected, "fr_version": sorted(versions), "dump_format": kind},
+        torch_version="",
+    )
     t0 = min((int(c["ts_ns"].min()) for c in ranks.values() if len(c["ts_ns"])), default=0)
-    numel = np.array([sum(conv.numel(s) for s in v) if isinstance(v, list) else 0 for v in atoms.values] + [0],
-                     dtype=np.int64)  # per atom; index -1 is the trailing 0
-    itemsize = np.array([conv.ITEMSIZE.get(v, 0) if isinstance(v, str) else 0 for v in atoms.values] + [0],
-                        dtype=np.int64)
+    numel = np.array(
+        [sum(conv.numel(s) for s in v) if isinstance(v, list) else 0 for v in atoms.values] + [0], dtype=np.int64
+    )  # per atom; index -1 is the trailing 0
+    itemsize = np.array(
+        [conv.ITEMSIZE.get(v, 0) if isinstance(v, str) else 0 for v in atoms.values] + [0], dtype=np.int64
+    )
     columns = {}
     for rank, c in sorted(ranks.items()):
         n = len(c["op"])
@@ -253,17 +267,25 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
         row["out_bytes"] = numel[c["out_shapes"]] * itemsize[c["dtype"]]
         row["ts"] = (c["ts_ns"] - t0) / 1e9
         columns[rank] = row
-    data = fmt.TraceData(header=header, atoms=atoms.values, groups=groups, columns=columns,
-                         ends={r: {"n": len(c["op"]), "status": "ok", "error": None} for r, c in ranks.items()},
-                         complete=True)
-    notes = [f"Flight Recorder dumps ({kind}, FR version {', '.join(sorted(versions))}) of "
-             f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}"] + notes
+    data = fmt.TraceData(
+        header=header,
+        atoms=atoms.values,
+        groups=groups,
+        columns=columns,
+        ends={r: {"n": len(c["op"]), "status": "ok", "error": None} for r, c in ranks.items()},
+        complete=True,
+    )
+    notes = [
+        f"Flight Recorder dumps ({kind}, FR version {', '.join(sorted(versions))}) of "
+        f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
+    ] + notes
     trace = from_data(data, notes)
     order = sorted(ranks)
-    extra = [pl.Series("state", np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else [],
-                       dtype=pl.String),
-             pl.Series("record_id", np.concatenate([ranks[r]["record_id"] for r in order]) if order else [],
-                       dtype=pl.Int64)]
+    extra = [
+        pl.Series(
+            "state", np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else [], dtype=pl.String
+        ),
+        pl.Series("record_id", np.concatenate([ranks[r]["record_id"] for r in order]) if order else [], dtype=pl.Int64),
+    ]
     trace.stream = trace.stream.with_columns(extra)
     return trace
-

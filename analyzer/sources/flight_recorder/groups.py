@@ -62,12 +62,16 @@ def build_groups(ranks: dict[int, dict], configs: dict[int, list], pgs: dict, at
             gid_of[rank][pk] = next_gid
         hint = hints.get(pk, 0)
         if not _is_default(name, desc) and hint > len(members):
-            notes.append(f"group {name} ({desc}): its all-gathers show {hint} members, but only ranks "
-                         f"{', '.join(map(str, members))} left dumps that name it")
+            notes.append(
+                f"group {name} ({desc}): its all-gathers show {hint} members, but only ranks "
+                f"{', '.join(map(str, members))} left dumps that name it"
+            )
         next_gid += 1
     if unresolved:
-        notes.append(f"{len(unresolved)} process group{'s' if len(unresolved) > 1 else ''} inferred from the "
-                     "entries (the dumps' pg_config is empty, as gloo leaves it)")
+        notes.append(
+            f"{len(unresolved)} process group{'s' if len(unresolved) > 1 else ''} inferred from the "
+            "entries (the dumps' pg_config is empty, as gloo leaves it)"
+        )
     return groups, gid_of, world, notes
 
 
@@ -85,8 +89,9 @@ def _size_hints(ranks: dict[int, dict], atoms) -> dict[int, int]:
         mask = np.isin(c["op"], list(ops))
         if not mask.any():
             continue
-        for op, pk, i, o in np.unique(np.stack([c["op"], c["pg"], c["in_shapes"], c["out_shapes"]], axis=1)[mask],
-                                      axis=0).tolist():
+        for op, pk, i, o in np.unique(
+            np.stack([c["op"], c["pg"], c["in_shapes"], c["out_shapes"]], axis=1)[mask], axis=0
+        ).tolist():
             ins = atoms.values[i] if i >= 0 else []
             outs = atoms.values[o] if o >= 0 else []
             if ops[op] == "all_to_all":

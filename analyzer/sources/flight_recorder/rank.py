@@ -41,8 +41,19 @@ class RankDump:
     ts_ns, record_id."""
 
 
-FIELDS = ("profiling_name", "frames", "process_group", "input_sizes", "output_sizes", "input_dtypes",
-          "output_dtypes", "state", "collective_seq_id", "time_created_ns", "record_id")
+FIELDS = (
+    "profiling_name",
+    "frames",
+    "process_group",
+    "input_sizes",
+    "output_sizes",
+    "input_dtypes",
+    "output_dtypes",
+    "state",
+    "collective_seq_id",
+    "time_created_ns",
+    "record_id",
+)
 
 
 def _columns(entries: list) -> dict:
@@ -106,22 +117,39 @@ def read_rank(file_kind: tuple[str, str]) -> RankDump:
         groups = [g or (str(pid), "undefined") for g, pid in zip(groups, _column(entries, "pg_id", 0))]
     out.pgs, pg = _intern(groups)
     # shapes keyed as tuples of tuples, built by C-level maps (no Python call per entry)
-    shape_keys = list(map(tuple, map(map, repeat(tuple), _column(entries, "input_sizes", [], fast)))) + \
-        list(map(tuple, map(map, repeat(tuple), _column(entries, "output_sizes", [], fast))))
+    shape_keys = list(map(tuple, map(map, repeat(tuple), _column(entries, "input_sizes", [], fast)))) + list(
+        map(tuple, map(map, repeat(tuple), _column(entries, "output_sizes", [], fast)))
+    )
     out.shapes, shape_ids = _intern(shape_keys)
-    pairs, dts = _intern(list(zip(map(tuple, _column(entries, "input_dtypes", [], fast)),
-                                  map(tuple, _column(entries, "output_dtypes", [], fast)))))
+    pairs, dts = _intern(
+        list(
+            zip(
+                map(tuple, _column(entries, "input_dtypes", [], fast)),
+                map(tuple, _column(entries, "output_dtypes", [], fast)),
+            )
+        )
+    )
     out.dtypes = [conv.dtype_name((i or o or (None,))[0]) for i, o in pairs]
-    seq = _column(entries, "collective_seq_id", None, fast) if entries and "collective_seq_id" in entries[0] \
+    seq = (
+        _column(entries, "collective_seq_id", None, fast)
+        if entries and "collective_seq_id" in entries[0]
         else _column(entries, "seq_id", 0)
+    )
     gloo = np.array([s[3] == "gloo" for s in out.sites] + [False], dtype=bool)[site]
     state = _upgrade_state(entries, _column(entries, "state", None, fast), dump.get("pg_status"), gloo)
     out.states, state_ids = _intern(state)
     n = len(entries)
-    out.cols = {"site": site, "pg": pg, "seq": np.array(seq, dtype=np.int64) - 1, "in_shapes": shape_ids[:n],
-                "out_shapes": shape_ids[n:], "dtype": dts, "state": state_ids,
-                "ts_ns": np.array(_column(entries, "time_created_ns", 0, fast), dtype=np.int64),
-                "record_id": np.array(_column(entries, "record_id", 0, fast), dtype=np.int64)}
+    out.cols = {
+        "site": site,
+        "pg": pg,
+        "seq": np.array(seq, dtype=np.int64) - 1,
+        "in_shapes": shape_ids[:n],
+        "out_shapes": shape_ids[n:],
+        "dtype": dts,
+        "state": state_ids,
+        "ts_ns": np.array(_column(entries, "time_created_ns", 0, fast), dtype=np.int64),
+        "record_id": np.array(_column(entries, "record_id", 0, fast), dtype=np.int64),
+    }
     return out
 
 

@@ -24,8 +24,9 @@ import re
 from analyzer.trace import LoadError
 
 # (module, name) a pickle may resolve: inert builtin types only. FR's own dumps need none.
-SAFE_GLOBALS = frozenset({("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "str", "int",
-                                                     "float", "bool", "bytes")})
+SAFE_GLOBALS = frozenset(
+    {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "str", "int", "float", "bool", "bytes")}
+)
 _SUFFIXES = re.compile(r"\.(json|pkl|pickle|bin|dump|fr|trace)$", re.IGNORECASE)
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
 _SNIFF = 4096
@@ -104,10 +105,20 @@ def read_dump(path: str, kind: str) -> dict:
             with open(path, "rb") as f:
                 dump = json.load(f)
     except pickle.UnpicklingError as e:
-        raise LoadError(f"{name}: refused to load this pickle ({e}): a Flight Recorder dump holds only "
-                        "builtin data") from None
-    except (OSError, ValueError, EOFError, TypeError, IndexError, KeyError, AttributeError,
-            RecursionError, MemoryError) as e:
+        raise LoadError(
+            f"{name}: refused to load this pickle ({e}): a Flight Recorder dump holds only builtin data"
+        ) from None
+    except (
+        OSError,
+        ValueError,
+        EOFError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        RecursionError,
+        MemoryError,
+    ) as e:
         raise LoadError(f"{name}: not a readable Flight Recorder dump ({type(e).__name__})") from None
     finally:
         if enabled:
