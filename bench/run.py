@@ -184,10 +184,16 @@ def ray_executor(work: str) -> None:
     )
 
 
+def torchtitan(work: str) -> None:
+    import torchtitan_rows
+
+    torchtitan_rows.rows(work, row)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1/20 of the sizes: a smoke test of the harness")
-    ap.add_argument("--skip", default="", help="comma list of: record, analysis, startup, fr, ray")
+    ap.add_argument("--skip", default="", help="comma list of: record, analysis, startup, fr, ray, torchtitan")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (timings are wall clock)", flush=True)
@@ -198,6 +204,7 @@ def main() -> None:
             ("startup", startup),
             ("fr", lambda: flight_recorder(work, a.quick)),
             ("ray", lambda: ray_executor(work)),
+            ("torchtitan", lambda: torchtitan(work)),
         ]
         for name, step in steps:
             if name not in skip:

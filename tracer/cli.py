@@ -40,6 +40,13 @@ def record(
     ),
     script: str = typer.Option(None, "--script", help="Python file to run as `python FILE.py ARGS` on every rank."),
     entrypoint: str = typer.Option(None, "--entrypoint", help="Run `package.module:function` instead of a script."),
+    torchtitan: str = typer.Option(
+        None,
+        "--torchtitan",
+        metavar="MODULE:CONFIG",
+        help="Run the installed TorchTitan trainer (e.g. llama3:llama3_debugmodel); arguments after `--` are "
+        "its `--section.key value` overrides.",
+    ),
     world_size: int = typer.Option(None, "--world-size", "-n", help="Number of simulated ranks."),
     mode: str = typer.Option(
         None, "--mode", help="fake: a process per rank (fake backend); local: one process, LocalTensorMode (SPMD only)."
@@ -76,11 +83,18 @@ def record(
     from tracer.program import Program
     from tracer.record import record as run_record
 
-    if config is not None and (script is not None or entrypoint is not None) and not config.endswith(".toml"):
+    if config is not None and (script or entrypoint or torchtitan) is not None and not config.endswith(".toml"):
         ctx.args.insert(0, config)  # `--script x.py -- ARGS`: click hands the first ARG to CONFIG
         config = None
+    run = dict(timeout=timeout or None, jobs=jobs or None, executor=executor, ray_address=ray_address)
+    if torchtitan is not None:
+        if config is not None or script is not None or entrypoint is not None:
+            _fail("give --torchtitan MODULE:CONFIG alone (not with a CONFIG.toml, --script or --entrypoint)")
+        from tracer import cli_torchtitan
+
+        cli_torchtitan.record_spec(torchtitan, list(ctx.args), world_size, mode, ranks or "all", out, compute, run)
+        return
     if config is not None:
-        run = dict(timeout=timeout or None, jobs=jobs or None, executor=executor, ray_address=ray_address)
         _record_config(config, script, entrypoint, world_size, mode, ranks, out, compute, run, list(ctx.args))
         return
     mode = mode or "fake"
@@ -127,6 +141,10 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compu
 
     if script is not None or entrypoint is not None:
         _fail("give a CONFIG.toml or --script / --entrypoint, not both (use [job] script in the TOML)")
+    from tracer import cli_torchtitan
+
+    if cli_torchtitan.record_toml(path, world_size, mode, ranks, out, compute, run, extra):
+        return  # a TOML with [job] torchtitan: the installed TorchTitan trainer
     if extra:
         _fail(f"unexpected arguments after the config: {' '.join(extra)} (use [job] args in the TOML)")
     if mode is not None and mode not in ALIASES:

@@ -232,16 +232,21 @@ IGNORED_KEYS = {
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(JobConfig)}
 
 
-def load(path: str, world_size: int | None = None) -> JobConfig:
-    """Read and check a TOML job config; ValueError (one line, naming the key) on bad input.
-    `world_size` (the CLI's --world-size) overrides [tracer] world_size."""
+def read_toml(path: str) -> dict:
+    """The TOML as a dict; ValueError (one line) when missing or malformed."""
     try:
         with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
+            return tomllib.load(fh)
     except FileNotFoundError:
         raise ValueError(f"config not found: {path}") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: not valid TOML: {e}") from None
+
+
+def load(path: str, world_size: int | None = None) -> JobConfig:
+    """Read and check a TOML job config; ValueError (one line, naming the key) on bad input.
+    `world_size` (the CLI's --world-size) overrides [tracer] world_size."""
+    raw = read_toml(path)
     if world_size is not None:
         if not isinstance(raw.get("tracer", {}), dict):
             raise ValueError("tracer: expected a [tracer] table")

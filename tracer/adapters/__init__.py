@@ -1,0 +1,1 @@
+"""Adapters: run a third-party trainer (as installed) on every simulated rank."""

@@ -1,0 +1,43 @@
+"""What runs on every simulated rank: the installed TorchTitan trainer, set up for a CPU.
+
+`tracer record --torchtitan MODULE:CONFIG` records `main` as its entrypoint, with the
+arguments TorchTitan's own `torchtitan.train` takes: `--module M --config C` and the
+`--section.key value` overrides (the adapter's CPU defaults first, the user's after, so the
+user's win). Like `torchtitan.train.main`, it parses the config, builds the Trainer and trains;
+unlike it, it also trains under `--comm.mode local_tensor` (TorchTitan 0.3 skips training
+there) and feeds synthetic tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+
+def main() -> None:
+    from tracer.adapters.torchtitan import runtime
+
+    runtime.prepare_rank()
+    # the world size TorchTitan's fake_backend / local_tensor comm modes read, from the
+    # torchrun environment every simulated rank has
+    os.environ["NGPU"] = os.environ.get("WORLD_SIZE", "1")
+    from torchtitan.config import ConfigManager
+
+    from tracer.adapters.torchtitan import synthetic_data
+
+    config = ConfigManager().parse_args(sys.argv[1:])
+    synthetic_data.install(config)
+    try:
+        trainer = config.build()
+        try:
+            trainer.train()
+        finally:
+            trainer.close()
+    except BaseException:  # the rank's log keeps where in TorchTitan it failed; the trace, one line
+        traceback.print_exc()
+        raise
+
+
+if __name__ == "__main__":  # `python -m tracer.adapters.torchtitan.entry ARGS`: the same, unrecorded
+    main()

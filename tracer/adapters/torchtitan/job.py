@@ -1,0 +1,178 @@
+"""A TorchTitan job to record: which registered config, which overrides, checked up front.
+
+TorchTitan 0.3 has no TOML: a job is a registered Python config (`--module llama3 --config
+llama3_debugmodel`) plus `--section.key value` overrides. Both commtrace forms end up here:
+`tracer record --torchtitan llama3:llama3_debugmodel -- OVERRIDES` and a TOML whose
+`[job] torchtitan = {module = ..., config = ...}` names the config and whose other sections
+(except `[tracer]`) are TorchTitan's, turned into the same overrides (`toml_overrides`).
+`check` validates everything in this process, with TorchTitan's own parser, before any rank
+starts, so a typo costs one line and exit 2 rather than a failed rank per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import io
+import re
+from dataclasses import dataclass, field
+
+from tracer.adapters.torchtitan import version
+
+ENTRYPOINT = "tracer.adapters.torchtitan.entry:main"
+"""What every simulated rank runs (entry.py)."""
+
+CPU_DEFAULTS = [
+    "--parallelism.spmd_backend",
+    "partial_dtensor",
+    "--comm.mode",
+    "fake_backend",
+    "--training.disable_cuda_graphs",
+]
+"""Overrides put before the user's (a user's later value wins):
+- spmd_backend partial_dtensor: TorchTitan 0.3's default "spmd_types" hands FSDP plain tensors
+  with SPMD annotations, which only a newer torch than 2.13 converts ("When dp_mesh_dims is
+  provided, all parameters must be DTensors"); DTensor for TP / EP, FSDP2 on its own mesh is
+  the path that runs on torch 2.13 and communicates the same collectives;
+- comm.mode fake_backend: TorchTitan's dry-run mode (its init_process_group("fake") is served by
+  commtrace's recording backend); `local_tensor` is TorchTitan's own LocalTensor mode;
+- disable_cuda_graphs: there is no CUDA (TorchTitan refuses graphs with pipeline parallel)."""
+
+
+class TorchTitanError(ValueError):
+    """Bad input for a TorchTitan job: one line, the CLI exits 2."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TorchTitanJob:
+    module: str
+    """TorchTitan model module (`llama3`, `deepseek_v3`, `qwen3`, ...) or a dotted path."""
+    config: str
+    """Config function of that module's config_registry (`llama3_debugmodel`, ...)."""
+    overrides: list[str] = field(default_factory=list)
+    """TorchTitan CLI overrides, `--section.key value`, applied after CPU_DEFAULTS."""
+
+    @property
+    def args(self) -> list[str]:
+        """Arguments of the entrypoint (the same as `python -m torchtitan.train` takes)."""
+        return [
+            "--module",
+            self.module,
+            "--config",
+            self.config,
+            *CPU_DEFAULTS,
+            *self.overrides,
+        ]
+
+    @property
+    def label(self) -> str:
+        return f"torchtitan {self.module}:{self.config}"
+
+    def comm_mode(self) -> str:
+        """TorchTitan's comm.mode after the overrides (the last one given wins)."""
+        args, mode = self.args, "fake_backend"
+        for i, a in enumerate(args):
+            if a == "--comm.mode" and i + 1 < len(args):
+                mode = args[i + 1]
+            elif a.startswith("--comm.mode="):
+                mode = a.split("=", 1)[1]
+        return mode
+
+
+def from_spec(spec: str, overrides: list[str]) -> TorchTitanJob:
+    """`MODULE:CONFIG` of `--torchtitan`, e.g. `llama3:llama3_debugmodel`."""
+    module, sep, config = spec.partition(":")
+    if not sep or not module or not config:
+        raise TorchTitanError(
+            f"--torchtitan must look like MODULE:CONFIG (e.g. llama3:llama3_debugmodel), got {spec!r}"
+        )
+    return TorchTitanJob(module=module, config=config, overrides=list(overrides))
+
+
+def from_toml(raw: dict) -> TorchTitanJob:
+    """A parsed TOML with `[job] torchtitan = {module, config}`; every other section but
+    [tracer] holds TorchTitan keys; `[job] args` adds raw overrides after them."""
+    job = dict(raw.get("job", {}))
+    tt = job.pop("torchtitan")
+    if not isinstance(tt, dict) or set(tt) != {"module", "config"} or not all(isinstance(v, str) for v in tt.values()):
+        raise TorchTitanError('job.torchtitan: expected {module = "llama3", config = "llama3_debugmodel"}')
+    extra = job.pop("args", [])
+    if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+        raise TorchTitanError("job.args: expected a list of strings")
+    overrides = toml_overrides({"job": job, **{k: v for k, v in raw.items() if k not in ("job", "tracer")}})
+    return TorchTitanJob(module=tt["module"], config=tt["config"], overrides=overrides + extra)
+
+
+def toml_overrides(sections: dict, prefix: str = "") -> list[str]:
+    """{"training": {"steps": 2, "compile": {"enable": false}}} -> ["--training.steps", "2",
+    "--training.compile.no-enable"]: TorchTitan's own CLI spelling (tyro: a bool is a flag,
+    `--x.flag` / `--x.no-flag`; a list is comma-separated)."""
+    out: list[str] = []
+    for key, value in sections.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            out += toml_overrides(value, name)
+        elif "." not in name:
+            raise TorchTitanError(f"{name}: expected a [{name}] table of TorchTitan keys")
+        elif isinstance(value, bool):
+            head, _, last = name.rpartition(".")
+            out.append(f"--{name}" if value else f"--{head}.no-{last.replace('_', '-')}")
+        elif isinstance(value, list):
+            out += [f"--{name}", ",".join(str(v) for v in value)]
+        else:
+            out += [f"--{name}", str(value)]
+    return out
+
+
+def check(job: TorchTitanJob):
+    """Parse the job with TorchTitan's own ConfigManager (in this process, before any rank
+    runs); returns the parsed Trainer.Config. TorchTitanError (one line) for a missing or
+    unsupported TorchTitan, an unknown module or config, an unknown key or a bad value."""
+    version.check()
+    from tracer.adapters.torchtitan import runtime
+
+    runtime.prepare()
+    from torchtitan.config import ConfigManager
+
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            return ConfigManager().parse_args(job.args)
+    except SystemExit:  # tyro printed its error box and exited
+        raise TorchTitanError(_tyro_error(out.getvalue(), job)) from None
+    except ImportError as e:
+        raise TorchTitanError(f"unknown TorchTitan module {job.module!r}: {_first_line(e)}") from None
+    except ValueError as e:
+        msg = _first_line(e)
+        if msg.startswith("Config function"):
+            names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", msg.split("Available config functions:")[-1])
+            raise TorchTitanError(
+                f"unknown TorchTitan config {job.config!r} in module {job.module!r}{_did_you_mean(job.config, names)}"
+            ) from None
+        raise TorchTitanError(f"TorchTitan config: {msg}") from None
+
+
+def _tyro_error(text: str, job: TorchTitanJob) -> str:
+    lines = [re.sub(r"[│╭╮╰╯─]+", " ", ln).strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    unknown = next((ln for ln in lines if ln.startswith("Unrecognized options:")), None)
+    if unknown is not None:
+        key = unknown.split(":", 1)[1].strip().split()[0].rstrip(",")
+        hint = next(
+            (m.group(0) for ln in lines[lines.index(unknown) :] if (m := re.match(r"--[A-Za-z][\w.-]*", ln))),
+            None,
+        )
+        return f"unknown TorchTitan key {key}" + (f" (did you mean {hint}?)" if hint else "")
+    for i, ln in enumerate(lines):
+        if "error" in ln.lower() and i + 1 < len(lines):
+            return f"TorchTitan config: {lines[i + 1]}"
+    return f"TorchTitan config: {lines[0] if lines else 'could not parse ' + ' '.join(job.overrides)}"
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

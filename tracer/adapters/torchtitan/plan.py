@@ -1,0 +1,84 @@
+"""From a TorchTitan job to what `tracer.record.record` runs: the program, the mode, the
+header snapshot. Kept apart from the CLI so tests and bench/ plan jobs the same way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tracer.adapters.torchtitan import version
+from tracer.adapters.torchtitan.job import (
+    ENTRYPOINT,
+    TorchTitanError,
+    TorchTitanJob,
+    check,
+)
+
+COMM_MODES = {"fake_backend": "fake", "local_tensor": "local"}
+"""TorchTitan's comm.mode -> the commtrace mode it runs in."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Plan:
+    program: object
+    """tracer.program.Program running ENTRYPOINT with the job's arguments."""
+    mode: str
+    """"fake" (a process per rank) or "local" (one process, LocalTensorMode)."""
+    config: dict = field(default_factory=dict)
+    """Snapshot for the trace header: module, config, version, arguments."""
+
+
+def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None) -> Plan:
+    """Check the job (TorchTitanError, one line, on bad input) and choose the mode: `mode` as
+    asked, else local when TorchTitan's own comm.mode is local_tensor, else fake."""
+    from tracer.program import Program
+
+    if world_size is None:
+        raise TorchTitanError("give the number of simulated ranks: -n N (or [tracer] world_size)")
+    if world_size < 1:
+        raise TorchTitanError(f"--world-size must be at least 1, got {world_size}")
+    comm = job.comm_mode()
+    if comm not in COMM_MODES:
+        raise TorchTitanError(f"comm.mode {comm!r} cannot be simulated: use fake_backend or local_tensor")
+    mode = mode or COMM_MODES[comm]
+    if mode == "fake" and comm == "local_tensor":
+        raise TorchTitanError("comm.mode local_tensor runs every rank in one process: use --mode local")
+    cfg = check(job)
+    _check_degrees(cfg, world_size)
+    snapshot = {
+        "torchtitan": {
+            "module": job.module,
+            "config": job.config,
+            "version": version.installed(),
+            "overrides": job.overrides,
+            "comm_mode": comm,
+        }
+    }
+    return Plan(
+        program=Program(entrypoint=ENTRYPOINT, args=job.args),
+        mode=mode,
+        config=snapshot,
+    )
+
+
+def _check_degrees(cfg, world_size: int) -> None:
+    """TorchTitan checks its degrees against the world size only on the ranks: do it here."""
+    p = cfg.parallelism
+    degrees = {
+        k: getattr(p, k)
+        for k in (
+            "data_parallel_replicate_degree",
+            "data_parallel_shard_degree",
+            "context_parallel_degree",
+            "tensor_parallel_degree",
+            "pipeline_parallel_degree",
+        )
+    }
+    fixed = 1
+    for d in degrees.values():
+        if d != -1:
+            fixed *= d
+    if degrees["data_parallel_shard_degree"] == -1:
+        if world_size % fixed:
+            raise TorchTitanError(f"parallelism degrees {fixed} do not divide the world size {world_size}")
+    elif fixed != world_size:
+        raise TorchTitanError(f"parallelism degrees multiply to {fixed}, but the world size is {world_size}")

@@ -1,0 +1,38 @@
+"""Everything TorchTitan 0.3 needs that a CPU box lacks, set up in one call before it loads.
+
+- its device: the CPU (cpu_device.py), not "cuda";
+- triton, imported at module level by kernel files every model pulls in (triton_stub.py);
+- attention: flex attention has no CPU backward; eager math in its place (attention.py);
+- under `--compute fake`, the scalars TorchTitan only observes (logged loss, grad norm, the
+  broadcast seed) read as 0 instead of forcing real compute (observed_scalars.py);
+- `torch.distributed.set_timeout` (newer than torch 2.13; TorchTitan 0.3 calls it after the
+  first step): a no-op where torch lacks it, since a dry run never waits on a timeout;
+"""
+
+from __future__ import annotations
+
+
+def prepare() -> None:
+    """What importing and parsing TorchTitan needs (the CLI's check does only this); call
+    before importing anything of TorchTitan but its tools."""
+    from tracer.adapters.torchtitan import cpu_device, triton_stub
+
+    triton_stub.install()
+    cpu_device.install()
+
+
+def prepare_rank() -> None:
+    """prepare() and what training needs, in a rank's process only (it changes torch itself)."""
+    prepare()
+    import torch.distributed as dist
+
+    from tracer.adapters.torchtitan import attention, observed_scalars
+
+    if not hasattr(dist, "set_timeout"):
+        dist.set_timeout = _set_timeout
+    attention.install()
+    observed_scalars.install()
+
+
+def _set_timeout(timeout, group=None) -> None:
+    """torch.distributed.set_timeout for a torch that lacks it: nothing to do in a dry run."""

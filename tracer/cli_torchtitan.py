@@ -1,0 +1,84 @@
+"""`tracer record --torchtitan MODULE:CONFIG` and TOMLs with `[job] torchtitan`: parse, plan
+(tracer/adapters/torchtitan), record, report; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import os
+
+
+def record_spec(spec, overrides, world_size, mode, ranks, out, compute, run) -> None:
+    from tracer.adapters.torchtitan.job import TorchTitanError, from_spec
+    from tracer.cli import _fail
+
+    try:
+        job = from_spec(spec, overrides)
+    except TorchTitanError as e:
+        _fail(str(e))
+    _record(job, world_size, mode, ranks, out, compute, run)
+
+
+def record_toml(path, world_size, mode, ranks, out, compute, run, extra) -> bool:
+    """Record `path` when it has `[job] torchtitan` (True), else leave it to the built-in
+    workload (False). The [tracer] section gives what the command line does not; arguments
+    after `--` are more TorchTitan overrides."""
+    from tracer import config as config_mod
+    from tracer.adapters.torchtitan.job import TorchTitanError, from_toml
+    from tracer.cli import _fail
+
+    try:
+        raw = config_mod.read_toml(path)
+    except ValueError as e:
+        _fail(str(e))
+    if not isinstance(raw.get("job"), dict) or "torchtitan" not in raw["job"]:
+        return False
+    section = raw.get("tracer", {})
+    known = {"world_size", "ranks", "output", "compute"}
+    if not isinstance(section, dict) or set(section) - known:
+        _fail(f"{path}: [tracer] takes only {', '.join(sorted(known))} with [job] torchtitan")
+    try:
+        job = from_toml(raw)
+    except TorchTitanError as e:
+        _fail(f"{path}: {e}")
+    job.overrides += extra
+    r = section.get("ranks", "all")
+    _record(
+        job,
+        world_size if world_size is not None else section.get("world_size"),
+        mode,
+        ranks if ranks is not None else (r if isinstance(r, str) else ",".join(map(str, r))),
+        out or section.get("output") or os.path.splitext(os.path.basename(path))[0] + ".trace",
+        compute or section.get("compute"),
+        run,
+    )
+    return True
+
+
+def _record(job, world_size, mode, ranks, out, compute, run) -> None:
+    from traceformat.ranks import parse_ranks
+    from tracer.adapters.torchtitan.job import TorchTitanError
+    from tracer.adapters.torchtitan.plan import plan
+    from tracer.cli import _fail, _run
+    from tracer.compute import resolve as resolve_compute
+    from tracer.modes import ALIASES
+    from tracer.record import record as run_record
+
+    if mode is not None and mode not in ALIASES:
+        _fail(f"--mode must be fake or local (or fake_backend / local_tensor), got {mode!r}")
+    try:
+        p = plan(job, world_size=world_size, mode=ALIASES[mode] if mode else None)
+        rank_list = parse_ranks(ranks, world_size)
+        used, why = resolve_compute(compute or "auto", p.mode)
+    except (TorchTitanError, ValueError) as e:
+        _fail(str(e))
+    _run(
+        run_record,
+        p.program,
+        world_size=world_size,
+        out=out or f"{job.config}.trace",
+        mode=p.mode,
+        ranks=rank_list,
+        config=p.config,
+        compute=used,
+        compute_why=why,
+        **run,
+    )
