@@ -1,6 +1,7 @@
 """Bad input gets one line and exit 2; what was recorded survives failures, timeouts, SIGKILL."""
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -60,6 +61,28 @@ def test_rank_that_raises_keeps_everyones_events(tmp_path):
     assert [e["op"] for e in stream(t, 2)] == ["init_process_group", "all_reduce"]
     assert [e["op"] for e in stream(t, 3)] == ["init_process_group", "all_reduce", "all_reduce"]
     assert any("rank 2: error" in n for n in t.notes)
+    log = open(tmp_path / log_named(line)).read()  # the rank's full traceback
+    assert "Traceback (most recent call last)" in log and 'raises.py", line 8, in <module>' in log
+    assert log.rstrip().endswith("ValueError: bad batch on rank 2")
+
+
+def test_signal_death_leaves_the_python_stack_in_the_log(tmp_path):
+    p = run("tracer", "record", "--script", program("segfault"), "-n", "2", "-o", "s.trace", cwd=tmp_path)
+    assert p.returncode == 2
+    line = one_line_error(p)
+    assert "rank 1: killed by signal 11" in line
+    log = open(tmp_path / log_named(line)).read()  # faulthandler's dump, innermost frame first
+    assert "Fatal Python error: Segmentation fault" in log
+    assert log.index('segfault.py", line 9 in crash') < log.index('segfault.py", line 15 in <module>')
+    t = load(tmp_path / "s.trace")
+    assert [e["op"] for e in stream(t, 1)] == ["init_process_group", "all_reduce"]
+    assert [e["op"] for e in stream(t, 0)] == ["init_process_group", "all_reduce", "all_reduce"]
+
+
+def log_named(line: str) -> str:
+    m = re.search(r"\(log: ([^)]+)\)$", line)
+    assert m, line
+    return m.group(1)
 
 
 def test_timeout_kills_a_hung_rank_and_keeps_its_events(tmp_path):

@@ -65,6 +65,14 @@ def test_fake_compute_on_scripts_with_fsdp_and_tensor_parallel(recorded, tmp_pat
         _same_streams(real, fake)
 
 
+def test_fake_compute_on_ddp(recorded, tmp_path):
+    # DDP's C++ reducer: its metadata exchanges stay real, its gradient buckets fake (capture/ddp.py)
+    real = load(recorded("ddp_no_sync", 4)[0])
+    fake, res = _record(program("ddp_no_sync"), str(tmp_path / "ddp.trace"), "fake", world_size=4)
+    assert set(res.compute.values()) == {"fake"} and not res.notes
+    _same_streams(real, fake)
+
+
 def test_tensor_values_fall_back_to_real_compute(tmp_path):
     # every rank reads a value (.item() on the loss, as a logging line would): fake compute
     # cannot give it, so each rank is recorded again with real compute, with a note

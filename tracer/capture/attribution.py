@@ -10,7 +10,9 @@ patches._install_fsdp), which beats both. Steps are counted with the global opti
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import sys
 import sysconfig
 from types import CodeType
@@ -19,10 +21,16 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_TRACER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_WORKLOADS_DIR = _TRACER_DIR + "workloads" + os.sep
+# torch's distribution installs three top-level packages side by side
+_TORCH_DIRS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), name) + os.sep
+    for name in ("torch", "functorch", "torchgen")
+)
+_REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_COMMTRACE_DIRS = tuple(_REPO_DIR + name + os.sep for name in ("tracer", "analyzer", "traceformat"))
+_WORKLOADS_DIR = _REPO_DIR + os.path.join("tracer", "workloads") + os.sep
 _STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep})
+_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 class Attribution:
@@ -137,7 +145,8 @@ class Attribution:
         return "other"
 
     def frame(self) -> str:
-        """The first frame outside torch, commtrace and the standard library."""
+        """The innermost frame outside torch, commtrace and the standard library, wherever it
+        lives: the program, or a library it calls into (TorchTitan installed from pip included)."""
         f = sys._getframe(1)
         while f is not None:
             code = f.f_code
@@ -150,21 +159,69 @@ class Attribution:
         return ""
 
     def _describe(self, code: CodeType) -> str | None:
+        """'path:{} in name' for user code (path relative to the root, or to its site-packages
+        folder when installed), None for code that is not the user's."""
         path = code.co_filename
-        if path.startswith(_TRACER_DIR) and not path.startswith(_WORKLOADS_DIR):
+        if path.startswith("<") or not is_user_path(path):
             return None
-        if (
-            path.startswith((_TORCH_DIR,) + _STDLIB_DIRS)
-            or path.startswith("<")
-            or f"{os.sep}site-packages{os.sep}" in path
-        ):
-            return None
-        try:
-            rel = os.path.relpath(path, self._root)
-        except ValueError:
-            rel = path
-        if rel.startswith(".." + os.sep + ".."):
-            rel = path
+        cut = max(path.rfind(marker) + len(marker) if marker in path else -1 for marker in _INSTALLED)
+        if cut >= 0:  # an installed package: shown as it is imported, the same on every machine
+            rel = path[cut:]
+        else:
+            try:
+                rel = os.path.relpath(path, self._root)
+            except ValueError:
+                rel = path
+            if rel.startswith(".." + os.sep + ".."):
+                rel = path
         return (
             rel.replace("{", "{{").replace("}", "}}") + ":{} in " + code.co_name.replace("{", "{{").replace("}", "}}")
         )
+
+
+def is_user_path(path: str) -> bool:
+    """Not torch (nor a package torch depends on: torch calls through typing_extensions' wrappers,
+    sympy, fsspec), not commtrace (its built-in workloads excepted: they play the user's program),
+    not the standard library (a site-packages folder below the stdlib folder is not stdlib)."""
+    if path.startswith(_COMMTRACE_DIRS):
+        return path.startswith(_WORKLOADS_DIR)
+    if path.startswith(_TORCH_DIRS):
+        return False
+    cut = max(path.rfind(marker) + len(marker) if marker in path else -1 for marker in _INSTALLED)
+    if cut >= 0:
+        return path[cut:].split(os.sep, 1)[0].removesuffix(".py") not in torch_dependencies()
+    for stdlib in _STDLIB_DIRS:
+        if path.startswith(stdlib):
+            return False
+    return True
+
+
+@functools.cache
+def torch_dependencies() -> frozenset[str]:
+    """Top-level module names of the distributions torch requires, transitively (no extras)."""
+    from importlib import metadata
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    seen: set[str] = set()
+    todo = ["torch"]
+    while todo:
+        dist = todo.pop()
+        try:
+            reqs = metadata.distribution(dist).requires or []
+        except metadata.PackageNotFoundError:
+            continue
+        for req in reqs:
+            if "extra ==" in req:
+                continue
+            name = norm(re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0])
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return frozenset(
+        top for top, dists in metadata.packages_distributions().items() if any(norm(d) in seen for d in dists)
+    )
+
+
+torch_dependencies()  # computed once where torch is imported (the fork server), not per rank

@@ -168,11 +168,14 @@ def install(p: Patcher, rec: Recorder) -> None:
         call = _describe(name, a, result)
         indices = rec.record(call)
         if name in _C10D:
-            if call.async_op and isinstance(result, tuple) and len(result) == 2:
-                # the Python half of a boxed Work dies with its last Python reference, and a wait
-                # on it then hangs: keep it alive until it is waited on
-                work = RecordingWork(rec, indices, True, keep=live)
-                return result[0], dist.Work.boxed(work)
+            pair = isinstance(result, tuple) and len(result) == 2
+            if call.async_op and (pair or isinstance(result, torch._C.ScriptObject)):
+                # LocalTensorMode's FakeWork has a value-less future (DDP's reducer reads the
+                # reduced bucket from it). The Python half of a boxed Work dies with its last
+                # Python reference, and a wait on it then hangs: keep it alive until waited on
+                outs = _flat(result[0]) if pair else (call.outputs or call.inputs)
+                work = dist.Work.boxed(RecordingWork(rec, indices, True, keep=live, outputs=outs))
+                return (result[0], work) if pair else work
             return result
         for t in _flat(result):
             waits[_storage_key(t)] = indices

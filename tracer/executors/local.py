@@ -37,9 +37,14 @@ _PRELOAD = [
 
 
 def _child(job: Job, log: str) -> None:
+    import faulthandler
+
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    # a signal death (a segfault in a C++ extension, an abort) leaves every thread's Python
+    # stack in the log; run_job writes the traceback of an exception there
+    faulthandler.enable(all_threads=True)
     from tracer.modes.run import run_job
 
     code = run_job(job)

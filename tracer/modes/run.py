@@ -67,7 +67,7 @@ def run_job(job: Job) -> int:
     import torch
     import torch.distributed as dist
 
-    from tracer.capture import patches
+    from tracer.capture import ddp, patches
     from tracer.capture.recorder import Recorder
 
     if job.threads > 0:
@@ -89,6 +89,7 @@ def run_job(job: Job) -> int:
     status, error, code = "ok", None, 3
     try:
         patches.install(p, rec, rank=pg_rank, world_size=job.world_size)
+        ddp.install(p)
         if job.mode == "local":
             from torch.distributed._local_tensor import LocalTensorMode
 
@@ -112,8 +113,10 @@ def run_job(job: Job) -> int:
     except SystemExit as e:
         if e.code not in (None, 0):
             status, error = "error", f"the program exited with status {e.code}"
-    except BaseException as e:  # the program's own failure: recorded, reported as one line
-        status, error = "error", one_line_error(e, rec)
+            traceback.print_exc()
+    except BaseException as e:  # the program's own failure: recorded, reported as one line,
+        status, error = "error", one_line_error(e, rec)  # its traceback in the rank's log
+        traceback.print_exc()
         if job.compute == "fake":
             from tracer.capture import fake_compute
 

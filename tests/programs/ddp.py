@@ -1,0 +1,34 @@
+"""Plain DDP, torchrun style: an MLP wrapped in DistributedDataParallel, 3 SGD steps.
+
+Usage: torchrun --nproc-per-node 4 ddp.py
+"""
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 16))
+
+
+def main():
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    torch.manual_seed(0)
+    model = DDP(mlp())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.manual_seed(rank)
+    for step in range(3):
+        loss = model(torch.randn(8, 256)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
