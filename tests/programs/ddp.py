@@ -16,13 +16,13 @@ def mlp() -> nn.Module:
 
 
 def main():
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ["RANK"])
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     torch.manual_seed(0)
     model = DDP(mlp())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     torch.manual_seed(rank)
-    for step in range(3):
+    for _step in range(3):
         loss = model(torch.randn(8, 256)).square().mean()
         loss.backward()
         opt.step()

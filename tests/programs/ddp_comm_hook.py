@@ -21,7 +21,7 @@ def main():
     model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     torch.manual_seed(rank)
-    for step in range(3):
+    for _step in range(3):
         loss = model(torch.randn(8, 256)).square().mean()
         loss.backward()
         opt.step()

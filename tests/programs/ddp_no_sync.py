@@ -23,7 +23,7 @@ def main():
     model = DDP(mlp(), bucket_cap_mb=1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     torch.manual_seed(rank)
-    for step in range(3):
+    for _step in range(3):
         for micro in range(ACCUMULATE):
             x = torch.randn(8, 256)
             if micro < ACCUMULATE - 1:

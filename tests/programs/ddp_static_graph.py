@@ -19,7 +19,7 @@ def main():
     model = DDP(mlp(), static_graph=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     torch.manual_seed(rank)
-    for step in range(3):
+    for _step in range(3):
         loss = model(torch.randn(8, 256)).square().mean()
         loss.backward()
         opt.step()
