@@ -2,7 +2,7 @@
 
 Which semantics: a dry-run recording (fake / local mode) never blocks, so its streams run past
 the point where a real job would hang; they are replayed under blocking semantics
-(`waitfor.replay.simulate`). A post-mortem trace (Flight Recorder dumps, a killed replay) ends each
+(`waitfor.advance`, columnar; `waitfor.settle` where the ordering certificate holds). A post-mortem trace (Flight Recorder dumps, a killed replay) ends each
 stream where its rank was stuck; its blocking points are found columnar (`waitfor.frontier`).
 Root causes are the cycles of the wait-for graph and the ranks others wait on that are not
 blocked themselves (stuck in compute, or dead), with how many ranks wait on them transitively.
@@ -20,11 +20,11 @@ from analyzer.checks.ordering import cycle_findings, key_text
 from analyzer.findings import Finding, group_text, ranks_text
 from analyzer.render.dot import to_dot
 from analyzer.trace import Trace
+from analyzer.waitfor.advance import advance
 from analyzer.waitfor.certificate import ordered
 from analyzer.waitfor.frontier import frontier
 from analyzer.waitfor.graph import wait_graph
-from analyzer.waitfor.replay import simulate
-from analyzer.waitfor.semantics import COMM, Blocked, post_mortem
+from analyzer.waitfor.semantics import COMM, Blocked, has_p2p, post_mortem
 from analyzer.waitfor.settle import settle
 
 
@@ -46,10 +46,10 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
     stopped = post_mortem(trace)
     if stopped:
         stuck = frontier(trace)
-    else:  # a dry run: replayed, columnar when no ordering cycle is possible (analyzer.waitfor.settle)
-        stuck = settle(trace, eager_bytes) if ordered(trace) else None
+    else:  # a dry run: replayed columnar (advance); settle's fewer rounds where no ordering cycle is possible
+        stuck = settle(trace, eager_bytes) if not has_p2p(trace) and ordered(trace) else None
         if stuck is None:
-            stuck = simulate(trace, eager_bytes)
+            stuck = advance(trace, eager_bytes)
     graph = wait_graph(stuck)
     groups = group_table(trace)
     found = cycle_findings(trace, stuck, only_matched=False)
@@ -58,12 +58,21 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
         found.append(_stalled(trace, sink, stuck, graph, groups, expected))
     labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
     return HangReport(
-        "post-mortem" if stopped else "replayed", stuck, graph, found, to_dot(graph, stuck, labels, on_cycle)
+        "post-mortem" if stopped else "replayed",
+        stuck,
+        graph,
+        found,
+        to_dot(graph, stuck, labels, on_cycle),
     )
 
 
 def _stalled(
-    trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGraph, groups: dict, expected: Trace | None
+    trace: Trace,
+    rank: int,
+    stuck: dict[int, Blocked],
+    graph: nx.DiGraph,
+    groups: dict,
+    expected: Trace | None,
 ) -> Finding:
     waiters = sorted(nx.ancestors(graph, rank))
     direct = sorted(graph.predecessors(rank))
@@ -109,7 +118,12 @@ def _comm_rows(trace: Trace, rank: int) -> pl.DataFrame:
     return (
         trace.select(ops=ops, ranks=[rank])
         .with_columns(op=pl.col("op").cast(pl.String))
-        .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
+        .join(
+            trace.groups.select("gid", "label", "ranks"),
+            left_on="group",
+            right_on="gid",
+            how="left",
+        )
         .sort("idx")
     )
 
@@ -157,7 +171,11 @@ def next_expected(trace: Trace, golden: Trace, rank: int, waited: tuple | None =
 def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
     """Per stuck collective instance: who is in it and who never arrived (for the tables)."""
     groups = group_table(trace)
-    waited = waited_ops(trace, report.stuck, [r for r, b in report.stuck.items() if b.event["op"] == "wait"])
+    waited = waited_ops(
+        trace,
+        report.stuck,
+        [r for r, b in report.stuck.items() if b.event["op"] == "wait"],
+    )
     out: dict[tuple, dict] = {}
     for b in report.stuck.values():
         what = (
@@ -166,7 +184,13 @@ def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
             else "wait on " + key_text(b.key, groups, waited.get(b.rank, "op"))
         )
         row = out.setdefault(
-            b.key, {"what": what, "group": group_text(groups.get(b.key[1])), "blocked": [], "missing": set()}
+            b.key,
+            {
+                "what": what,
+                "group": group_text(groups.get(b.key[1])),
+                "blocked": [],
+                "missing": set(),
+            },
         )
         row["blocked"].append(b.rank)
         row["missing"].update(b.waits_for)

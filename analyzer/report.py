@@ -89,8 +89,16 @@ def volume_frames(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     ev = (
         comm_events(trace)
-        .join(group_keys(trace).select("gid", "dim"), left_on="group", right_on="gid", how="left")
-        .with_columns(dim=pl.col("dim").fill_null("-"), phase=pl.col("phase").cast(pl.String).fill_null("unknown"))
+        .join(
+            group_keys(trace).select("gid", "dim"),
+            left_on="group",
+            right_on="gid",
+            how="left",
+        )
+        .with_columns(
+            dim=pl.col("dim").fill_null("-"),
+            phase=pl.col("phase").cast(pl.String).fill_null("unknown"),
+        )
     )
     agg = [pl.len().cast(pl.Int64).alias("calls"), pl.col("bytes").sum().cast(pl.Int64)]
     volume = ev.group_by("dim", "op", "phase").agg(*agg).sort("dim", "op", "phase")
@@ -112,13 +120,9 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
     hang, frontier, hang_found = None, [], []
     if may_hang(trace, checked):
         from analyzer.hang import analyze, frontier_rows
-        from analyzer.waitfor.replay import ReplayTooLarge
 
-        try:
-            hang = analyze(trace, inputs.expected, inputs.eager_bytes)
-            frontier, hang_found = frontier_rows(trace, hang), hang.findings
-        except ReplayTooLarge as e:  # the page still shows the rest; the note says why not this
-            trace.notes.append(f"no hang analysis: {e}")
+        hang = analyze(trace, inputs.expected, inputs.eager_bytes)
+        frontier, hang_found = frontier_rows(trace, hang), hang.findings
     volume, per_step = volume_frames(trace)
     diff = None
     if inputs.other is not None:

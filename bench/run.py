@@ -1,11 +1,14 @@
 """Every scale goal of commtrace, measured in one run, next to its target and its anchor.
 
-    python bench/run.py            # the full table (~10 min on 2 cores; 82 M-event traces)
-    python bench/run.py --quick    # same table at 1/20 of the sizes (a smoke test, ~2 min)
+    python bench/run.py               # the full table (~30 min on 2 cores; 82 M-event traces)
+    python bench/run.py --quick       # same table at 1/16 of the sizes (a smoke test)
+    python bench/run.py --list        # the steps, one a line
+    python bench/run.py --only pp-hang,overhead   # just these steps
 
 Each command runs in a fresh process as a user would run it (start-up included); peak memory is
-that process's own. Synthetic traces come from bench/synth.py with seeded faults, and every row
-says whether the tool still found them. The anchors are measured in the same run: the untraced
+that process's own. Synthetic traces come from bench/synth.py (FSDP x TP) and bench/synth_pp.py
+(pipelines) with seeded faults, and every row says whether the tool still found them; each row
+ends with PASS or MISS against its target. The anchors are measured in the same run: the untraced
 fake-PG run for the recorder's overhead, torch's fr_trace on the same Flight Recorder dumps.
 """
 
@@ -26,12 +29,21 @@ sys.path.insert(0, HERE)
 from measure import run  # noqa: E402
 from synth import generate  # noqa: E402
 
-ROWS: list[tuple[str, str, str, str]] = []  # goal, figure, target, anchor / ok
+ROWS: list[tuple[str, str, str, str, str]] = []  # goal, figure, target, anchor / ok, PASS / MISS
 
 
-def row(goal: str, figure: str, target: str, note: str = "") -> None:
-    ROWS.append((goal, figure, target, note))
-    print(f"  {goal}: {figure}   (target {target}) {note}", flush=True)
+def row(goal: str, figure: str, target: str, note: str = "", ok: bool | None = None) -> None:
+    """One table row; `ok` against its target (None: read from a note that starts PASS / MISS)."""
+    if ok is None:
+        ok = note.startswith("PASS")
+        note = note.removeprefix("PASS").removeprefix("MISS").lstrip("; ")
+    verdict = "PASS" if ok else "MISS"
+    ROWS.append((goal, figure, target, note, verdict))
+    print(f"  {goal}: {figure}   (target {target}) {note}  {verdict}", flush=True)
+
+
+def fits(r, seconds: float, gib: float = 12.0) -> bool:
+    return r.code in (0, 1) and r.wall <= seconds and r.peak_gib <= gib
 
 
 def recording(work: str, quick: bool) -> None:
@@ -41,7 +53,13 @@ def recording(work: str, quick: bool) -> None:
     r = run("tracer", *args)
     n_ranks = 32 if quick else 256
     if r.code != 0:
-        row(f"record {n_ranks} ranks (pp4 x dp16 x tp4)", f"failed: {r.stderr.strip()[-120:]}", "<= 180 s")
+        row(
+            f"record {n_ranks} ranks (pp4 x dp16 x tp4)",
+            f"failed: {r.stderr.strip()[-120:]}",
+            "<= 180 s",
+            "",
+            False,
+        )
         return
     size = os.path.getsize(out)
     events = _events(out)
@@ -50,21 +68,48 @@ def recording(work: str, quick: bool) -> None:
         f"{r.wall:.1f} s, {events:,} events",
         "<= 180 s",
         "" if not quick else "(quick: 32 ranks)",
+        r.wall <= 180,
     )
-    row("size of that recording", f"{size / events:.1f} B/event ({size / 1e6:.1f} MB)", "<= 16 B/event")
+    row(
+        "size of that recording",
+        f"{size / events:.1f} B/event ({size / 1e6:.1f} MB)",
+        "<= 16 B/event",
+        "",
+        size / events <= 16,
+    )
+
+
+def overhead(quick: bool) -> None:
+    """Interleaved pairs (untraced, recorded), each a fresh process; the ratio of each pair, so a
+    load change between pairs cancels. More pairs until the median's 95 % interval (distribution
+    free, order statistics) is within +-1 point: two runs then agree within 2 points."""
     import recorder_overhead
 
-    plain, traced = [], []
-    for _ in range(7):  # interleaved, median of 7: single runs swing by ~10 % on a shared box
-        plain.append(recorder_overhead.measure("plain", 4, _overhead_args()))
-        traced.append(recorder_overhead.measure("traced", 4, _overhead_args()))
-    p, t = statistics.median(plain), statistics.median(traced)
+    ratios: list[float] = []
+    low, high = (8, 16) if quick else (15, 61)
+    while True:
+        p = recorder_overhead.measure("plain", 4, _overhead_args())
+        t = recorder_overhead.measure("traced", 4, _overhead_args())
+        ratios.append(100 * (t / p - 1))
+        lo, hi = _median_interval(ratios)
+        if len(ratios) >= high or (len(ratios) >= low and hi - lo <= 2.0):
+            break
+    med = statistics.median(ratios)
     row(
-        "recorder overhead (examples/fsdp_tp.py, CPU s, median of 7)",
-        f"{100 * (t / p - 1):+.1f} %",
+        f"recorder overhead (examples/fsdp_tp.py, CPU s, median of {len(ratios)} interleaved pairs)",
+        f"{med:+.1f} % (95 % interval {lo:+.1f} .. {hi:+.1f})",
         "<= +5 %",
-        f"anchor: untraced {p:.3f} s, recorded {t:.3f} s",
+        f"pairs: {' '.join(f'{x:+.1f}' for x in ratios)}",
+        med <= 5,
     )
+
+
+def _median_interval(xs: list[float]) -> tuple[float, float]:
+    """95 % interval of the median from order statistics (binomial, normal approximation)."""
+    v = sorted(xs)
+    n = len(v)
+    k = max(0, int((n - 1.96 * n**0.5) / 2))
+    return v[k], v[min(n - 1, n - 1 - k)]
 
 
 def _overhead_args() -> list[str]:
@@ -87,17 +132,18 @@ def analysis(work: str, quick: bool) -> None:
         f"size, synthetic FSDP x TP trace ({n / 1e6:.0f} M events)",
         f"{size / n:.1f} B/event ({size / 1e6:.0f} MB)",
         "<= 16 B/event",
+        "",
+        size / n <= 16,
     )
     r = run("analyzer", "check", checked, "--json")
-    found = sorted(
-        (f["kind"], tuple(f["culprit_ranks"])) for f in json.loads(r.stdout or '{"findings": []}')["findings"]
-    )
+    found = sorted((f["kind"], tuple(f["culprit_ranks"])) for f in _out(r).get("findings", []))
     ok = found == [("dtype_mismatch", (99,)), ("missing_collective", (17,))]
     row(
         f"analyzer check, {ranks:,} ranks x {events:,} events",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 45 s, <= 12 GiB",
         "both seeded faults found, nothing else" if ok else f"FOUND {found}",
+        ok and fits(r, 45),
     )
     r = run("analyzer", "hang", checked, "--json")
     row(
@@ -105,30 +151,116 @@ def analysis(work: str, quick: bool) -> None:
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 45 s, <= 12 GiB",
         _roots(r),
+        fits(r, 45) and r.code == 1,
     )
     os.remove(checked)
     hung = os.path.join(work, "hang.trace")
     generate(hung, ranks, events, hang=17, verbose=False)
     r = run("analyzer", "hang", hung, "--json")
+    stalled = [f["culprit_ranks"] for f in _out(r).get("findings", []) if f["kind"] == "stalled_rank"]
     row(
         f"analyzer hang (post-mortem: rank 17 died), {n / 1e6:.0f} M events",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 45 s, <= 12 GiB",
         _roots(r),
+        fits(r, 45) and stalled == [[17]],
     )
     os.remove(hung)
+
+
+def diffing(work: str, quick: bool) -> None:
     a, b = os.path.join(work, "a.trace"), os.path.join(work, "b.trace")
     d_ranks, d_events = (4096, 250) if quick else (4096, 5000)
     generate(a, d_ranks, d_events, verbose=False)
     generate(b, d_ranks, d_events, dtype_fault=99, verbose=False)
     r = run("analyzer", "diff", a, b, "--json")
-    divs = json.loads(r.stdout)["divergences"] if r.stdout else []
+    divs = _out(r).get("divergences", [])
     row(
         f"analyzer diff of two {d_ranks:,}-rank traces ({d_ranks * d_events / 1e6:.0f} M events each)",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 30 s",
         "the seeded change: " + "; ".join(f"ranks {d['ranks']} at position {d['position_a']}" for d in divs[:2]),
+        r.wall <= 30 and any(99 in d["ranks"] for d in divs),
     )
+
+
+def _pp_shape(quick: bool) -> tuple[int, int, int, int]:
+    return (16, 8, 8, 5000) if quick else (16, 128, 8, 5000)  # pp, dp, tp, events per rank
+
+
+def _pp_faults(dp: int, tp: int) -> dict[str, int]:
+    """One rank each: the swap on stage 8, the skipped send on stage 4, the extra all-reduce on stage 2."""
+    from synth_pp import layout
+
+    rank = layout(16, dp, tp)[3]
+    return {
+        "swap": rank(8, dp * 101 // 128, 0),
+        "skip_send": rank(4, dp * 113 // 128, 0),
+        "extra": rank(2, dp * 119 // 128, 0),
+    }
+
+
+def pipeline_check(work: str, quick: bool, schedule: str) -> None:
+    """check on a pipeline trace with every seeded fault: the swap's deadlock_cycle (1F1B only:
+    interleaved posts its p2p async, so the swap cannot happen there), the skipped send's
+    unmatched_p2p (culprit: the recv left without a send, upstream of the skipping stage), the
+    extra all-reduce's missing_collective; ordering verified (no note), nothing else."""
+    from synth_pp import generate as pp_generate
+
+    pp, dp, tp, events = _pp_shape(quick)
+    faults = _pp_faults(dp, tp)
+    if schedule != "1f1b":
+        faults.pop("swap")
+    path = os.path.join(work, f"pp_{schedule}.trace")
+    pp_generate(path, pp, dp, tp, events, schedule, verbose=False, **faults)
+    n = _events(path)
+    r = run("analyzer", "check", path, "--json")
+    out = _out(r)
+    found = sorted((f["kind"], tuple(f["culprit_ranks"])) for f in out.get("findings", []))
+    want = [
+        ("missing_collective", (faults["extra"],)),
+        ("unmatched_p2p", (faults["skip_send"] - dp * tp,)),
+    ]
+    if "swap" in faults:
+        want = sorted(want + [("deadlock_cycle", (faults["swap"], faults["swap"] + dp * tp))])
+    verified = r.code in (0, 1) and not any("not verified" in note for note in out.get("trace", {}).get("notes", []))
+    ok = found == want and verified
+    row(
+        f"analyzer check, pipeline {schedule} pp{pp} x dp{dp} x tp{tp} ({pp * dp * tp:,} ranks, {n / 1e6:.0f} M events)",
+        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
+        "<= 45 s, <= 12 GiB, ordering verified",
+        ("seeded faults found, nothing else: " if ok else f"FOUND {found}, WANTED ") + str(want),
+        ok and fits(r, 45),
+    )
+    os.remove(path)
+
+
+def pipeline_hang(work: str, quick: bool) -> None:
+    from synth_pp import generate as pp_generate
+
+    pp, dp, tp, events = _pp_shape(quick)
+    swap = _pp_faults(dp, tp)["swap"]
+    path = os.path.join(work, "pp_swap.trace")
+    pp_generate(path, pp, dp, tp, events, "1f1b", swap=swap, verbose=False)
+    r = run("analyzer", "hang", path, "--json")
+    cycles = [f for f in _out(r).get("findings", []) if f["kind"] == "deadlock_cycle"]
+    edge = [swap, swap + dp * tp]
+    ok = len(cycles) == 1 and cycles[0]["ranks"] == edge and cycles[0]["extra"].get("p2p_edges") == [edge]
+    row(
+        f"analyzer hang, 1F1B with a send/recv swap on rank {swap} ({pp * dp * tp:,} ranks x {events:,} events)",
+        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
+        "<= 45 s, <= 12 GiB, one deadlock_cycle",
+        f"cycles: {[(c['ranks'], c['extra'].get('p2p_edges')) for c in cycles]}; " + _roots(r),
+        ok and fits(r, 45),
+    )
+    os.remove(path)
+
+
+def _out(r) -> dict:
+    try:
+        return json.loads(r.stdout) if r.stdout else {}
+    except ValueError:
+        return {}
 
 
 def _roots(r) -> str:
@@ -144,7 +276,13 @@ def _roots(r) -> str:
 
 def startup() -> None:
     walls = sorted(run("analyzer", "--help").wall for _ in range(5))
-    row("analyzer --help", f"{walls[2]:.2f} s (median of 5)", "<= 0.3 s")
+    row(
+        "analyzer --help",
+        f"{walls[2]:.2f} s (median of 5)",
+        "<= 0.3 s",
+        "",
+        walls[2] <= 0.3,
+    )
 
 
 def flight_recorder(work: str, quick: bool) -> None:
@@ -159,8 +297,9 @@ def flight_recorder(work: str, quick: bool) -> None:
     row(
         f"analyzer check on {n} FR dumps x 2,000 entries",
         f"{t_us:.2f} s ({t_fr / t_us:.1f}x faster)",
-        "-",
+        "faster than torch fr_trace",
         f"anchor: torch fr_trace {t_fr:.1f} s; analyzer: {ours}",
+        t_us < t_fr,
     )
 
 
@@ -168,19 +307,52 @@ def ray_executor(work: str) -> None:
     try:
         import ray  # noqa: F401
     except ImportError:
-        row("tracer record --executor ray", "skipped: ray not installed", "-")
+        row(
+            "tracer record --executor ray",
+            "skipped: ray not installed",
+            "same trace as the local pool",
+            "",
+            False,
+        )
         return
     prog = os.path.join(REPO, "tests", "programs", "collectives.py")
-    local = run("tracer", "record", "--script", prog, "-n", "8", "-o", os.path.join(work, "l.trace"))
-    ray_run = run(
-        "tracer", "record", "--script", prog, "-n", "8", "--executor", "ray", "-o", os.path.join(work, "r.trace")
+    local = run(
+        "tracer",
+        "record",
+        "--script",
+        prog,
+        "-n",
+        "8",
+        "-o",
+        os.path.join(work, "l.trace"),
     )
-    same = run("analyzer", "diff", os.path.join(work, "l.trace"), os.path.join(work, "r.trace")).code == 0
+    ray_run = run(
+        "tracer",
+        "record",
+        "--script",
+        prog,
+        "-n",
+        "8",
+        "--executor",
+        "ray",
+        "-o",
+        os.path.join(work, "r.trace"),
+    )
+    same = (
+        run(
+            "analyzer",
+            "diff",
+            os.path.join(work, "l.trace"),
+            os.path.join(work, "r.trace"),
+        ).code
+        == 0
+    )
     row(
         "tracer record --executor ray, 8 ranks (local 2-CPU Ray cluster)",
         f"{ray_run.wall:.1f} s",
-        "-",
+        "same trace as the local pool",
         f"anchor: local pool {local.wall:.1f} s; traces {'equal' if same else 'DIFFER'}",
+        same,
     )
 
 
@@ -190,35 +362,68 @@ def torchtitan(work: str) -> None:
     torchtitan_rows.rows(work, row)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="1/20 of the sizes: a smoke test of the harness")
-    ap.add_argument("--skip", default="", help="comma list of: record, analysis, startup, fr, ray, torchtitan")
-    a = ap.parse_args()
-    skip = set(filter(None, a.skip.split(",")))
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (timings are wall clock)", flush=True)
-    with tempfile.TemporaryDirectory(prefix="commtrace-bench-") as work:
-        steps = [
-            ("record", lambda: recording(work, a.quick)),
-            ("analysis", lambda: analysis(work, a.quick)),
-            ("startup", startup),
-            ("fr", lambda: flight_recorder(work, a.quick)),
-            ("ray", lambda: ray_executor(work)),
-            ("torchtitan", lambda: torchtitan(work)),
-        ]
-        for name, step in steps:
-            if name not in skip:
-                step()
+def golden_sizes() -> None:
     goldens = sorted(glob.glob(os.path.join(REPO, "traces", "*.trace")))
     sizes = [os.path.getsize(p) / max(1, _events(p)) for p in goldens]
     row(
         "size of the golden traces (2 steps each: headers and atoms dominate)",
         f"{min(sizes):.0f}-{max(sizes):.0f} B/event",
-        "-",
+        "<= 64 B/event",
+        "",
+        max(sizes) <= 64,
     )
-    print("\n| goal | measured | target | anchor / check |\n|---|---|---|---|")
-    for goal, figure, target, note in ROWS:
-        print(f"| {goal} | {figure} | {target} | {note} |")
+
+
+def steps(work: str, quick: bool) -> dict:
+    """Every step of the table by name (--list, --only), in the order they run."""
+    return {
+        "record": lambda: recording(work, quick),
+        "overhead": lambda: overhead(quick),
+        "analysis": lambda: analysis(work, quick),
+        "diff": lambda: diffing(work, quick),
+        "pp-check-1f1b": lambda: pipeline_check(work, quick, "1f1b"),
+        "pp-check-interleaved": lambda: pipeline_check(work, quick, "interleaved"),
+        "pp-hang": lambda: pipeline_hang(work, quick),
+        "startup": startup,
+        "fr": lambda: flight_recorder(work, quick),
+        "ray": lambda: ray_executor(work),
+        "torchtitan": lambda: torchtitan(work),
+        "goldens": golden_sizes,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller traces: a smoke test of the harness",
+    )
+    ap.add_argument("--list", action="store_true", help="print the steps and exit")
+    ap.add_argument("--only", default="", help="comma list of steps to run (see --list)")
+    ap.add_argument("--skip", default="", help="comma list of steps not to run")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="commtrace-bench-") as work:
+        table = steps(work, a.quick)
+        if a.list:
+            print("\n".join(table))
+            return
+        only = [x for x in a.only.split(",") if x]
+        unknown = [x for x in only + a.skip.split(",") if x and x not in table]
+        if unknown:
+            ap.error(f"unknown step {', '.join(unknown)}: one of {', '.join(table)}")
+        skip = set(filter(None, a.skip.split(",")))
+        print(
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (timings are wall clock)",
+            flush=True,
+        )
+        for name, step in table.items():
+            if (not only or name in only) and name not in skip:
+                step()
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    print("\n| goal | measured | target | anchor / check | |\n|---|---|---|---|---|")
+    for goal, figure, target, note, verdict in ROWS:
+        print(f"| {goal} | {figure} | {target} | {note} | {verdict} |")
 
 
 if __name__ == "__main__":

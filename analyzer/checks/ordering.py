@@ -1,4 +1,4 @@
-"""Deadlock-prone orderings: replay the streams under blocking semantics (analyzer.waitfor) and
+"""Deadlock-prone orderings: replay the streams under blocking semantics (analyzer.waitfor.advance) and
 report each cycle of waiting ranks once, as `deadlock_cycle`: every rank on it, the op and group
 it is blocked in, whom it waits for, with user frames.
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 from analyzer.checks.common import conflicting_gids, group_table
 from analyzer.findings import Finding, group_text, ranks_text
 from analyzer.trace import Trace
+from analyzer.waitfor.advance import advance
 from analyzer.waitfor.certificate import ordered
 from analyzer.waitfor.frontier import frontier
 from analyzer.waitfor.graph import cycles, wait_graph
-from analyzer.waitfor.replay import ReplayTooLarge, simulate
-from analyzer.waitfor.semantics import Blocked, post_mortem
+from analyzer.waitfor.semantics import Blocked, has_p2p, post_mortem
 
 
 def describe(b: Blocked, groups: dict) -> str:
@@ -52,6 +52,9 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
         steps = [describe(blocked[r], groups) for r in cycle]
         first = blocked[cycle[0]]
         gids = sorted({blocked[r].key[1] for r in cycle})
+        # the p2p links the cycle runs over (a pipeline edge between two stages), as rank pairs
+        edges = sorted({tuple(sorted(blocked[r].key[2:4])) for r in cycle if blocked[r].key[0] != "c"})
+        over = "; over p2p " + ", ".join(f"{a}<->{b}" for a, b in edges) if edges else ""
         out.append(
             Finding(
                 kind="deadlock_cycle",
@@ -63,12 +66,16 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
                 expected="every member enters its collectives in one order",
                 actual={r: key_text(blocked[r].key, groups, blocked[r].event["op"]) for r in cycle},
                 frames={r: blocked[r].event.get("frame") or "?" for r in cycle},
-                extra={"cycle": cycle, "groups": [groups[g] for g in gids if g in groups]},
+                extra={
+                    "cycle": cycle,
+                    "groups": [groups[g] for g in gids if g in groups],
+                    "p2p_edges": [list(e) for e in edges],
+                },
                 message=(
                     f"deadlock: {len(ranks)} ranks wait on each other in a cycle through "
                     f"{len(gids)} group{'s' if len(gids) > 1 else ''}: "
                     + "; ".join(steps)
-                    + f"; and rank {cycle[0]} again"
+                    + f"; and rank {cycle[0]} again{over}"
                 ),
             )
         )
@@ -78,12 +85,8 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
 def check(trace: Trace, eager_bytes: int = 0) -> list[Finding]:
     if post_mortem(trace):  # FR dumps, a replay: the cycle is in where each rank is stuck
         return cycle_findings(trace, frontier(trace), only_matched=False)
-    if ordered(trace):  # columnar certificate: no cycle is possible
+    if not has_p2p(trace) and ordered(trace):  # columnar certificate: no cycle is possible
         return []
-    # groups whose name means different members on different ranks cannot be matched at all:
-    # group_mismatch reports them
-    try:
-        return cycle_findings(trace, simulate(trace, eager_bytes, conflicting_gids(trace)))
-    except ReplayTooLarge as e:
-        trace.notes.append(f"ordering not verified: {e}")
-        return []
+    # the replay, columnar (any size, pipelines included); groups whose name means different
+    # members on different ranks cannot be matched at all: group_mismatch reports them
+    return cycle_findings(trace, advance(trace, eager_bytes, conflicting_gids(trace)))

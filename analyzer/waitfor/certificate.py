@@ -17,13 +17,16 @@ def ordered(trace: Trace) -> bool:
     contradict it). T = a position at which its parties issue it (the earliest for collectives,
     the median for p2p pairs). A rank that skipped or added a collective on some group (the
     collectives check's `missing_collective`) has all its later positions shifted, on every
-    group, so it is left out. SPMD traces pass at once; when it fails, `simulate` decides. One
+    group, so it is left out. SPMD traces pass at once; when it fails, `advance` decides. One
     window over the events, no sort."""
     pats = comm_patterns(trace).filter((pl.col("kind") != WAIT) & (pl.col("group") >= 0))
     if pats.is_empty():
         return True
     ev = trace.with_patterns(
-        trace.with_codes(trace.stream.select("rank", "code", "seq"), pats), "group", "kind", table=pats
+        trace.with_codes(trace.stream.select("rank", "code", "seq"), pats),
+        "group",
+        "kind",
+        table=pats,
     )
     ev = ev.with_columns(pos=_position_in_rank(ev["rank"]))
     coll = pl.col("kind") == COLLECTIVE  # p2p rows are always kept: pairs legitimately differ in counts

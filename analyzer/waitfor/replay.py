@@ -1,6 +1,6 @@
-"""The step-by-step Python replay of a dry run under blocking semantics (semantics.py): exact
-for any trace, a dict per event, so capped at REPLAY_LIMIT comm events; where the ordering
-certificate holds, settle.py gives the same answer columnar."""
+"""The step-by-step Python replay of a dry run under blocking semantics (semantics.py): a dict
+per event, so only the reference that the tests hold the columnar passes to (advance.py for any
+trace, settle.py where the ordering certificate holds); the analyzer itself never runs it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from collections import deque
 import polars as pl
 
 from analyzer.trace import Trace
-from analyzer.waitfor.semantics import _STREAM_COLUMNS, COMM, Blocked, group_members, op_key, waits_for
+from analyzer.waitfor.semantics import (
+    _STREAM_COLUMNS,
+    COMM,
+    Blocked,
+    group_members,
+    op_key,
+    waits_for,
+)
 
 
 def comm_streams(trace: Trace, skip_groups: set[int] = frozenset()) -> dict[int, list[dict]]:
@@ -25,22 +32,8 @@ def comm_streams(trace: Trace, skip_groups: set[int] = frozenset()) -> dict[int,
     return out
 
 
-REPLAY_LIMIT = 20_000_000
-"""Comm events the step-by-step Python replay takes on (a dict per event: ~24 GB at 82 M)."""
-
-
-class ReplayTooLarge(ValueError):
-    """The ordering certificate failed on a trace too large for the Python replay (one line)."""
-
-
 def simulate(trace: Trace, eager_bytes: int = 0, skip_groups: set[int] = frozenset()) -> dict[int, Blocked]:
     """Replay every rank's stream under blocking semantics; returns the ranks left blocked."""
-    n = trace.select("rank", ops=COMM).height
-    if n > REPLAY_LIMIT:
-        raise ReplayTooLarge(
-            f"{n:,} comm events do not pass the columnar ordering certificate, and the step-by-step "
-            f"replay stops at {REPLAY_LIMIT:,}: record fewer ranks (--ranks) or steps to check the ordering"
-        )
     streams = comm_streams(trace, skip_groups)
     present = set(trace.ranks)
     size = {g["gid"]: len([r for r in g["ranks"] if r in present]) for g in trace.groups.iter_rows(named=True)}
@@ -109,6 +102,12 @@ def simulate(trace: Trace, eager_bytes: int = 0, skip_groups: set[int] = frozens
         return (("r",) + key[1:] if key[0] == "s" else ("s",) + key[1:]) in issued
 
     return {
-        r: Blocked(r, ev, key, waits_for(key, arrived.get(key, ()), members, present), matched(key))
+        r: Blocked(
+            r,
+            ev,
+            key,
+            waits_for(key, arrived.get(key, ()), members, present),
+            matched(key),
+        )
         for r, (ev, key) in blocked.items()
     }

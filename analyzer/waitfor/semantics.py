@@ -39,8 +39,15 @@ _STREAM_COLUMNS = (
     "step",
 )
 COLLECTIVE, SEND, RECV, WAIT = 0, 1, 2, 3
-_KIND = {"send": SEND, "recv": RECV, "wait": WAIT}  # anything else in COMM is a collective
-DRY_RUN_MODES = ("fake", "local")  # recordings that never block; anything else is post-mortem
+_KIND = {
+    "send": SEND,
+    "recv": RECV,
+    "wait": WAIT,
+}  # anything else in COMM is a collective
+DRY_RUN_MODES = (
+    "fake",
+    "local",
+)  # recordings that never block; anything else is post-mortem
 
 
 def post_mortem(trace: Trace) -> bool:
@@ -77,6 +84,12 @@ def comm_patterns(trace: Trace) -> pl.DataFrame:
         .filter(pl.col("op").is_in(COMM))
         .with_columns(kind=pl.col("op").replace_strict(_KIND, default=COLLECTIVE, return_dtype=pl.Int8))
     )
+
+
+def has_p2p(trace: Trace) -> bool:
+    """Whether any send / recv was recorded (a pipeline): the ordering certificate's median over
+    p2p pairs costs more there than `waitfor.advance`, which decides exactly anyway."""
+    return comm_patterns(trace).filter(pl.col("kind").is_in([SEND, RECV])).height > 0
 
 
 def group_members(trace: Trace) -> dict[int, list[int]]:
