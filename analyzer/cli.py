@@ -80,15 +80,11 @@ def check(
 def hang(
     trace: str = typer.Argument(..., help="A trace (dry run or killed run) or a folder of parts / FR dumps."),
     expected: str = typer.Option(
-        None,
-        "--expected",
-        help="Golden trace of the same config: say what each stuck rank should have run next.",
+        None, "--expected", help="Golden trace of the same config: say what each stuck rank should have run next."
     ),
     dot: str = typer.Option(None, "--dot", help="Write the wait-for graph as Graphviz DOT to this file."),
     eager_bytes: int = typer.Option(
-        0,
-        "--eager-bytes",
-        help="Blocking sends up to this size complete without a posted recv (eager protocol).",
+        0, "--eager-bytes", help="Blocking sends up to this size complete without a posted recv (eager protocol)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
 ) -> None:
@@ -195,10 +191,7 @@ def export(
         from analyzer.render.frames import groups_path, write_parquet
 
         _writable(groups_path(output))
-        with (
-            _open(output, "wb") as events_out,
-            _open(groups_path(output), "wb") as groups_out,
-        ):
+        with _open(output, "wb") as events_out, _open(groups_path(output), "wb") as groups_out:
             write_parquet(t, events_out, groups_out)
         typer.echo(f"wrote {output} ({t.events.height} events) and {groups_path(output)} ({t.groups.height} groups)")
     else:
@@ -214,14 +207,10 @@ def report(
     trace: str = typer.Argument(..., help="A trace, a folder of parts or of Flight Recorder dumps."),
     output: str = typer.Option("report.html", "-o", "--output", help="HTML file to write."),
     diff_with: str = typer.Option(
-        None,
-        "--diff",
-        help="Trace B: add `analyzer diff`'s tables and a plot of volume in A and B.",
+        None, "--diff", help="Trace B: add `analyzer diff`'s tables and a plot of volume in A and B."
     ),
     expected: str = typer.Option(
-        None,
-        "--expected",
-        help="Golden trace of the same config: say what each stalled rank should have run next.",
+        None, "--expected", help="Golden trace of the same config: say what each stalled rank should have run next."
     ),
     eager_bytes: int = typer.Option(0, "--eager-bytes", help="As for `analyzer hang`."),
 ) -> None:
@@ -236,14 +225,7 @@ def report(
     other = _load(diff_with) if diff_with else None
     golden = _load(expected) if expected else None
     rep = build_report(
-        t,
-        ReportInputs(
-            source=trace,
-            other=other,
-            other_source=diff_with,
-            expected=golden,
-            eager_bytes=eager_bytes,
-        ),
+        t, ReportInputs(source=trace, other=other, other_source=diff_with, expected=golden, eager_bytes=eager_bytes)
     )
     from analyzer.render.html import render
 
@@ -268,8 +250,7 @@ app.add_typer(golden_app, name="golden")
 @golden_app.command("check")
 def golden_check(
     given: list[str] = typer.Argument(
-        None,
-        help="Traces to check, matched to goldens by file name (to re-record every example: tracer golden check).",
+        None, help="Traces to check, matched to goldens by file name (to re-record every example: tracer golden check)."
     ),
     examples: str = typer.Option("examples", "--examples", help="Folder of example configs / scripts."),
     traces_dir: str = typer.Option("traces", "--traces", help="Folder of golden traces."),
@@ -287,11 +268,7 @@ def golden_check(
     for p in given:
         if not os.path.exists(p):
             _fail(f"{p}: no such file")
-    results = check(
-        examples,
-        traces_dir,
-        {os.path.splitext(os.path.basename(p))[0]: p for p in given},
-    )
+    results = check(examples, traces_dir, {os.path.splitext(os.path.basename(p))[0]: p for p in given})
     from rich.console import Console
 
     from analyzer.load import load
@@ -300,10 +277,7 @@ def golden_check(
     out = Console()
     for r in results:
         colour = "green" if r.status == "same" else "red"
-        hint = {
-            "new": " (no golden yet: run `tracer golden update`)",
-            "error": f": {r.error}",
-        }.get(r.status, "")
+        hint = {"new": " (no golden yet: run `tracer golden update`)", "error": f": {r.error}"}.get(r.status, "")
         out.print(f"[{colour}]{r.status:8s}[/] {r.name} ({r.golden}){hint}")
         if r.status == "changed":
             render_console.diff(out, load(r.golden), load(r.trace), r.diff)

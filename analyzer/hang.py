@@ -2,8 +2,9 @@
 
 Which semantics: a dry-run recording (fake / local mode) never blocks, so its streams run past
 the point where a real job would hang; they are replayed under blocking semantics
-(`waitfor.advance`, columnar; `waitfor.settle` where the ordering certificate holds). A post-mortem trace (Flight Recorder dumps, a killed replay) ends each
-stream where its rank was stuck; its blocking points are found columnar (`waitfor.frontier`).
+(`waitfor.advance`, columnar; `waitfor.settle` where the ordering certificate holds). A
+post-mortem trace (Flight Recorder dumps, a killed replay) ends each stream where its rank was
+stuck; its blocking points are found columnar (`waitfor.frontier`).
 Root causes are the cycles of the wait-for graph and the ranks others wait on that are not
 blocked themselves (stuck in compute, or dead), with how many ranks wait on them transitively.
 """
@@ -58,21 +59,12 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
         found.append(_stalled(trace, sink, stuck, graph, groups, expected))
     labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
     return HangReport(
-        "post-mortem" if stopped else "replayed",
-        stuck,
-        graph,
-        found,
-        to_dot(graph, stuck, labels, on_cycle),
+        "post-mortem" if stopped else "replayed", stuck, graph, found, to_dot(graph, stuck, labels, on_cycle)
     )
 
 
 def _stalled(
-    trace: Trace,
-    rank: int,
-    stuck: dict[int, Blocked],
-    graph: nx.DiGraph,
-    groups: dict,
-    expected: Trace | None,
+    trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGraph, groups: dict, expected: Trace | None
 ) -> Finding:
     waiters = sorted(nx.ancestors(graph, rank))
     direct = sorted(graph.predecessors(rank))
@@ -118,12 +110,7 @@ def _comm_rows(trace: Trace, rank: int) -> pl.DataFrame:
     return (
         trace.select(ops=ops, ranks=[rank])
         .with_columns(op=pl.col("op").cast(pl.String))
-        .join(
-            trace.groups.select("gid", "label", "ranks"),
-            left_on="group",
-            right_on="gid",
-            how="left",
-        )
+        .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
         .sort("idx")
     )
 
@@ -171,11 +158,7 @@ def next_expected(trace: Trace, golden: Trace, rank: int, waited: tuple | None =
 def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
     """Per stuck collective instance: who is in it and who never arrived (for the tables)."""
     groups = group_table(trace)
-    waited = waited_ops(
-        trace,
-        report.stuck,
-        [r for r, b in report.stuck.items() if b.event["op"] == "wait"],
-    )
+    waited = waited_ops(trace, report.stuck, [r for r, b in report.stuck.items() if b.event["op"] == "wait"])
     out: dict[tuple, dict] = {}
     for b in report.stuck.values():
         what = (
@@ -184,13 +167,7 @@ def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
             else "wait on " + key_text(b.key, groups, waited.get(b.rank, "op"))
         )
         row = out.setdefault(
-            b.key,
-            {
-                "what": what,
-                "group": group_text(groups.get(b.key[1])),
-                "blocked": [],
-                "missing": set(),
-            },
+            b.key, {"what": what, "group": group_text(groups.get(b.key[1])), "blocked": [], "missing": set()}
         )
         row["blocked"].append(b.rank)
         row["missing"].update(b.waits_for)

@@ -89,16 +89,8 @@ def volume_frames(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     ev = (
         comm_events(trace)
-        .join(
-            group_keys(trace).select("gid", "dim"),
-            left_on="group",
-            right_on="gid",
-            how="left",
-        )
-        .with_columns(
-            dim=pl.col("dim").fill_null("-"),
-            phase=pl.col("phase").cast(pl.String).fill_null("unknown"),
-        )
+        .join(group_keys(trace).select("gid", "dim"), left_on="group", right_on="gid", how="left")
+        .with_columns(dim=pl.col("dim").fill_null("-"), phase=pl.col("phase").cast(pl.String).fill_null("unknown"))
     )
     agg = [pl.len().cast(pl.Int64).alias("calls"), pl.col("bytes").sum().cast(pl.Int64)]
     volume = ev.group_by("dim", "op", "phase").agg(*agg).sort("dim", "op", "phase")

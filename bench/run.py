@@ -53,13 +53,7 @@ def recording(work: str, quick: bool) -> None:
     r = run("tracer", *args)
     n_ranks = 32 if quick else 256
     if r.code != 0:
-        row(
-            f"record {n_ranks} ranks (pp4 x dp16 x tp4)",
-            f"failed: {r.stderr.strip()[-120:]}",
-            "<= 180 s",
-            "",
-            False,
-        )
+        row(f"record {n_ranks} ranks (pp4 x dp16 x tp4)", f"failed: {r.stderr.strip()[-120:]}", "<= 180 s", "", False)
         return
     size = os.path.getsize(out)
     events = _events(out)
@@ -217,16 +211,14 @@ def pipeline_check(work: str, quick: bool, schedule: str) -> None:
     r = run("analyzer", "check", path, "--json")
     out = _out(r)
     found = sorted((f["kind"], tuple(f["culprit_ranks"])) for f in out.get("findings", []))
-    want = [
-        ("missing_collective", (faults["extra"],)),
-        ("unmatched_p2p", (faults["skip_send"] - dp * tp,)),
-    ]
+    want = [("missing_collective", (faults["extra"],)), ("unmatched_p2p", (faults["skip_send"] - dp * tp,))]
     if "swap" in faults:
         want = sorted(want + [("deadlock_cycle", (faults["swap"], faults["swap"] + dp * tp))])
     verified = r.code in (0, 1) and not any("not verified" in note for note in out.get("trace", {}).get("notes", []))
     ok = found == want and verified
     row(
-        f"analyzer check, pipeline {schedule} pp{pp} x dp{dp} x tp{tp} ({pp * dp * tp:,} ranks, {n / 1e6:.0f} M events)",
+        f"analyzer check, pipeline {schedule} pp{pp} x dp{dp} x tp{tp} "
+        f"({pp * dp * tp:,} ranks, {n / 1e6:.0f} M events)",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 45 s, <= 12 GiB, ordering verified",
         ("seeded faults found, nothing else: " if ok else f"FOUND {found}, WANTED ") + str(want),
@@ -276,13 +268,7 @@ def _roots(r) -> str:
 
 def startup() -> None:
     walls = sorted(run("analyzer", "--help").wall for _ in range(5))
-    row(
-        "analyzer --help",
-        f"{walls[2]:.2f} s (median of 5)",
-        "<= 0.3 s",
-        "",
-        walls[2] <= 0.3,
-    )
+    row("analyzer --help", f"{walls[2]:.2f} s (median of 5)", "<= 0.3 s", "", walls[2] <= 0.3)
 
 
 def flight_recorder(work: str, quick: bool) -> None:
@@ -307,46 +293,14 @@ def ray_executor(work: str) -> None:
     try:
         import ray  # noqa: F401
     except ImportError:
-        row(
-            "tracer record --executor ray",
-            "skipped: ray not installed",
-            "same trace as the local pool",
-            "",
-            False,
-        )
+        row("tracer record --executor ray", "skipped: ray not installed", "same trace as the local pool", "", False)
         return
     prog = os.path.join(REPO, "tests", "programs", "collectives.py")
-    local = run(
-        "tracer",
-        "record",
-        "--script",
-        prog,
-        "-n",
-        "8",
-        "-o",
-        os.path.join(work, "l.trace"),
-    )
+    local = run("tracer", "record", "--script", prog, "-n", "8", "-o", os.path.join(work, "l.trace"))
     ray_run = run(
-        "tracer",
-        "record",
-        "--script",
-        prog,
-        "-n",
-        "8",
-        "--executor",
-        "ray",
-        "-o",
-        os.path.join(work, "r.trace"),
+        "tracer", "record", "--script", prog, "-n", "8", "--executor", "ray", "-o", os.path.join(work, "r.trace")
     )
-    same = (
-        run(
-            "analyzer",
-            "diff",
-            os.path.join(work, "l.trace"),
-            os.path.join(work, "r.trace"),
-        ).code
-        == 0
-    )
+    same = run("analyzer", "diff", os.path.join(work, "l.trace"), os.path.join(work, "r.trace")).code == 0
     row(
         "tracer record --executor ray, 8 ranks (local 2-CPU Ray cluster)",
         f"{ray_run.wall:.1f} s",
@@ -394,11 +348,7 @@ def steps(work: str, quick: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--quick",
-        action="store_true",
-        help="smaller traces: a smoke test of the harness",
-    )
+    ap.add_argument("--quick", action="store_true", help="smaller traces: a smoke test of the harness")
     ap.add_argument("--list", action="store_true", help="print the steps and exit")
     ap.add_argument("--only", default="", help="comma list of steps to run (see --list)")
     ap.add_argument("--skip", default="", help="comma list of steps not to run")
@@ -413,10 +363,7 @@ def main() -> None:
         if unknown:
             ap.error(f"unknown step {', '.join(unknown)}: one of {', '.join(table)}")
         skip = set(filter(None, a.skip.split(",")))
-        print(
-            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (timings are wall clock)",
-            flush=True,
-        )
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (timings are wall clock)", flush=True)
         for name, step in table.items():
             if (not only or name in only) and name not in skip:
                 step()

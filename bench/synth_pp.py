@@ -79,19 +79,7 @@ def generate(
     )
     w = fmt.TraceWriter(path, header)
     try:
-        _write(
-            w,
-            pp,
-            dp,
-            tp,
-            events,
-            schedule,
-            microbatches,
-            swap,
-            skip_send,
-            extra,
-            verbose,
-        )
+        _write(w, pp, dp, tp, events, schedule, microbatches, swap, skip_send, extra, verbose)
     finally:
         w.close()
 
@@ -102,28 +90,13 @@ def _write(w, pp, dp, tp, events, schedule, m, swap, skip_send, extra, verbose) 
     w.group(0, "0", list(range(ranks)), "default_pg")
     for s in range(pp):
         for d in range(dp):
-            w.group(
-                tp_gid(s, d),
-                str(tp_gid(s, d)),
-                [rank_of(s, d, t) for t in range(tp)],
-                "mesh_tp",
-            )
+            w.group(tp_gid(s, d), str(tp_gid(s, d)), [rank_of(s, d, t) for t in range(tp)], "mesh_tp")
     for s in range(pp):
         for t in range(tp):
-            w.group(
-                dp_gid(s, t),
-                str(dp_gid(s, t)),
-                [rank_of(s, d, t) for d in range(dp)],
-                "mesh_dp",
-            )
+            w.group(dp_gid(s, t), str(dp_gid(s, t)), [rank_of(s, d, t) for d in range(dp)], "mesh_dp")
     for d in range(dp):
         for t in range(tp):
-            w.group(
-                pp_gid(d, t),
-                str(pp_gid(d, t)),
-                [rank_of(s, d, t) for s in range(pp)],
-                "mesh_pp",
-            )
+            w.group(pp_gid(d, t), str(pp_gid(d, t)), [rank_of(s, d, t) for s in range(pp)], "mesh_pp")
     per_step = len(_stage_ops(pp, pp // 2, m, schedule, 1, None))
     steps = max(1, round(events / per_step))
     atoms = _Atoms(w)
@@ -148,10 +121,7 @@ def _write(w, pp, dp, tp, events, schedule, m, swap, skip_send, extra, verbose) 
         w.block(r, cols)
         w.end(r, len(kind))
         if verbose and r % every == 0 and r:
-            print(
-                f"  {r}/{ranks} ranks written ({time.perf_counter() - start:.1f} s)",
-                flush=True,
-            )
+            print(f"  {r}/{ranks} ranks written ({time.perf_counter() - start:.1f} s)", flush=True)
     w.footer()
 
 
@@ -166,18 +136,7 @@ def _stage_ops(pp: int, s: int, m: int, schedule: str, steps: int, fault: str | 
         else:
             _interleaved(ops, pp, s, m, step, fault == "skip" and last)
         for _ in range(DP_OPS + (1 if fault == "extra" and step == 1 else 0)):
-            ops.append(
-                (
-                    "all_reduce",
-                    2,
-                    -1,
-                    0,
-                    -1,
-                    step,
-                    "optimizer",
-                    "train.py:90 in sync_grads",
-                )
-            )
+            ops.append(("all_reduce", 2, -1, 0, -1, step, "optimizer", "train.py:90 in sync_grads"))
     return ops
 
 
@@ -259,18 +218,7 @@ def _interleaved(ops, pp, s, m, step, skip_last, chunks: int = 2) -> None:
         to = (s + 1) % pp if forward else (s - 1) % pp
         if edge_in:  # irecv, waited before the compute
             ops.append(("recv", 3, frm, 1, -1, step, phase, "schedules.py:210 in _recv"))
-            ops.append(
-                (
-                    "wait",
-                    0,
-                    -1,
-                    0,
-                    len(ops) - 1,
-                    step,
-                    phase,
-                    "schedules.py:212 in _wait",
-                )
-            )
+            ops.append(("wait", 0, -1, 0, len(ops) - 1, step, phase, "schedules.py:212 in _wait"))
         _compute(ops, step, phase, f"model.py:{40 if forward else 60} in {phase}")
         if edge_out and not (skip_last and n == len(order) - 1):  # isend, waited at the step's end
             ops.append(("send", 3, to, 1, -1, step, phase, "schedules.py:220 in _send"))
@@ -284,11 +232,7 @@ class _Atoms:
 
     def __init__(self, w) -> None:
         self.a = w.atom
-        self.f32, self.act, self.sum = (
-            self.a("float32"),
-            self.a(((4, 512),)),
-            self.a("sum"),
-        )
+        self.f32, self.act, self.sum = (self.a("float32"), self.a(((4, 512),)), self.a("sum"))
         self.none = self.a(())
 
     def columns(self, ops: list[tuple]) -> dict:
@@ -342,18 +286,7 @@ def main() -> None:
     ap.add_argument("--skip-send", type=int)
     ap.add_argument("--extra", type=int)
     a = ap.parse_args()
-    generate(
-        a.out,
-        a.pp,
-        a.dp,
-        a.tp,
-        a.events,
-        a.schedule,
-        a.microbatches,
-        a.swap,
-        a.skip_send,
-        a.extra,
-    )
+    generate(a.out, a.pp, a.dp, a.tp, a.events, a.schedule, a.microbatches, a.swap, a.skip_send, a.extra)
 
 
 if __name__ == "__main__":

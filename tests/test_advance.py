@@ -62,10 +62,7 @@ def test_programs(recorded, name, world):
     [
         ((), {}),
         (("--batched",), {}),
-        (
-            ("--batched", "--bug", "swap"),
-            {},
-        ),  # a batch posts both ops before it waits: no deadlock
+        (("--batched", "--bug", "swap"), {}),  # a batch posts both ops before it waits: no deadlock
         # rank 1 waits for rank 3's gradient before sending; rank 3 waits for the activation first
         (
             ("--bug", "swap"),
@@ -89,37 +86,17 @@ def test_pipeline_program(recorded, args, blocked):
 
 
 # bench/synth_pp.py at 4 stages x 3 replicas x tp 2 (24 ranks): rank = (stage * 3 + d) * 2 + t
-SWAP, SKIP, EXTRA = (
-    8,
-    19,
-    2,
-)  # stage 1 (d 1, t 0); stage 3 (d 0, t 1) whose upstream is 13; stage 0
+SWAP, SKIP, EXTRA = (8, 19, 2)  # stage 1 (d 1, t 0); stage 3 (d 0, t 1) whose upstream is 13; stage 0
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved"])
 @pytest.mark.parametrize(
     "fault",
-    [
-        {},
-        {"swap": SWAP},
-        {"skip_send": SKIP},
-        {"extra": EXTRA},
-        {"swap": SWAP, "skip_send": SKIP, "extra": EXTRA},
-    ],
+    [{}, {"swap": SWAP}, {"skip_send": SKIP}, {"extra": EXTRA}, {"swap": SWAP, "skip_send": SKIP, "extra": EXTRA}],
 )
 def test_synthetic_pipelines(tmp_path, schedule, fault):
     path = str(tmp_path / "pp.trace")
-    generate(
-        path,
-        pp=4,
-        dp=3,
-        tp=2,
-        events=600,
-        schedule=schedule,
-        microbatches=8,
-        verbose=False,
-        **fault,
-    )
+    generate(path, pp=4, dp=3, tp=2, events=600, schedule=schedule, microbatches=8, verbose=False, **fault)
     found = _same(load(path))
     assert bool(found) == bool(set(fault) - ({"swap"} if schedule == "interleaved" else set()))
 
@@ -128,29 +105,13 @@ def test_check_finds_each_seeded_pipeline_fault_and_nothing_else(tmp_path):
     """Swap: the cycle 8 <-> 14 on the pp edge stage 1 -> 2; the skipped send: rank 13's recv
     from 19 is unmatched; the extra all-reduce: a missing_collective on rank 2."""
     path = str(tmp_path / "pp.trace")
-    generate(
-        path,
-        pp=4,
-        dp=3,
-        tp=2,
-        events=600,
-        microbatches=8,
-        verbose=False,
-        swap=SWAP,
-        skip_send=SKIP,
-        extra=EXTRA,
-    )
+    generate(path, pp=4, dp=3, tp=2, events=600, microbatches=8, verbose=False, swap=SWAP, skip_send=SKIP, extra=EXTRA)
     t = load(path)
     assert not ordered(t)
     cycles = ordering.check(t)
     assert [(f.kind, f.ranks, f.extra["p2p_edges"]) for f in cycles] == [("deadlock_cycle", [8, 14], [[8, 14]])]
     out = subprocess.run(
-        [
-            os.path.join(os.path.dirname(sys.executable), "analyzer"),
-            "check",
-            path,
-            "--json",
-        ],
+        [os.path.join(os.path.dirname(sys.executable), "analyzer"), "check", path, "--json"],
         capture_output=True,
         text=True,
     )

@@ -22,10 +22,7 @@ def _blocked(found):
     "name, world",
     [
         ("bug_subgroup_skip", 8),  # a skipped collective: its group waits at the end
-        (
-            "bug_recv_never_sent",
-            4,
-        ),  # a recv nobody sends: its rank waits, and whoever needs it
+        ("bug_recv_never_sent", 4),  # a recv nobody sends: its rank waits, and whoever needs it
         ("stop_early", 4),
         ("collectives", 4),
         ("fsdp", 4),
@@ -48,13 +45,5 @@ def test_some_blocked_ranks_really_are_blocked(recorded):
     7) wait in their last one, which 5 never issues; their dp peers (0, 2, 3) wait on them."""
     t = load(recorded("bug_subgroup_skip", 8, "fake")[0])
     found = settle(t)
-    assert {r: b.waits_for for r, b in found.items() if not b.matched} == {
-        4: [5],
-        6: [5],
-        7: [5],
-    }
-    assert {r: b.waits_for for r, b in found.items() if b.matched} == {
-        0: [4],
-        2: [6],
-        3: [7],
-    }
+    assert {r: b.waits_for for r, b in found.items() if not b.matched} == {4: [5], 6: [5], 7: [5]}
+    assert {r: b.waits_for for r, b in found.items() if b.matched} == {0: [4], 2: [6], 3: [7]}

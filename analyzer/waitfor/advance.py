@@ -162,10 +162,7 @@ def _instances(ev: pl.DataFrame, trace: Trace, present: set) -> tuple[np.ndarray
         rank = ev["rank"].to_numpy().astype(np.int64)[p2p]
         peer = ev["peer"].to_numpy().astype(np.int64)[p2p]
         send = kind[p2p] == SEND
-        src, dst = (
-            np.where(send, rank, peer) + 1,
-            np.where(send, peer, rank) + 1,
-        )  # -1 (any source) -> 0
+        src, dst = (np.where(send, rank, peer) + 1, np.where(send, peer, rank) + 1)  # -1 (any source) -> 0
         chan = (group[p2p] + 1) * (w * w) + src * w + dst
         top = pl.DataFrame({"c": chan, "s": seq[p2p]}).group_by("c").agg(pl.col("s").max()).sort("c")
         cid, span = top["c"].to_numpy(), top["s"].to_numpy() + 1
@@ -198,12 +195,7 @@ def _blocked(trace: Trace, s: _Streams, cur: np.ndarray, stuck: np.ndarray, pres
     posted = hit <= cur[s.rank[hit]]
     arrived: dict[int, set] = {}
     issued: dict[int, set] = {}
-    for i, r, p, k in zip(
-        s.inst[hit].tolist(),
-        s.rank[hit].tolist(),
-        posted.tolist(),
-        s.kind[hit].tolist(),
-    ):
+    for i, r, p, k in zip(s.inst[hit].tolist(), s.rank[hit].tolist(), posted.tolist(), s.kind[hit].tolist()):
         issued.setdefault(i, set()).add(r if k == COLLECTIVE else k)
         if p:
             arrived.setdefault(i, set()).add(r)
@@ -218,11 +210,5 @@ def _blocked(trace: Trace, s: _Streams, cur: np.ndarray, stuck: np.ndarray, pres
         else:
             matched = (RECV if k == SEND else SEND) in issued.get(i, ())
         event = {c: row[c] for c in _STREAM_COLUMNS}
-        out[r] = Blocked(
-            r,
-            event,
-            key,
-            waits_for(key, arrived.get(i, set()), members, present),
-            matched,
-        )
+        out[r] = Blocked(r, event, key, waits_for(key, arrived.get(i, set()), members, present), matched)
     return out

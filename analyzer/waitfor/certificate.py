@@ -23,10 +23,7 @@ def ordered(trace: Trace) -> bool:
     if pats.is_empty():
         return True
     ev = trace.with_patterns(
-        trace.with_codes(trace.stream.select("rank", "code", "seq"), pats),
-        "group",
-        "kind",
-        table=pats,
+        trace.with_codes(trace.stream.select("rank", "code", "seq"), pats), "group", "kind", table=pats
     )
     ev = ev.with_columns(pos=_position_in_rank(ev["rank"]))
     coll = pl.col("kind") == COLLECTIVE  # p2p rows are always kept: pairs legitimately differ in counts

@@ -9,14 +9,7 @@ from collections import deque
 import polars as pl
 
 from analyzer.trace import Trace
-from analyzer.waitfor.semantics import (
-    _STREAM_COLUMNS,
-    COMM,
-    Blocked,
-    group_members,
-    op_key,
-    waits_for,
-)
+from analyzer.waitfor.semantics import _STREAM_COLUMNS, COMM, Blocked, group_members, op_key, waits_for
 
 
 def comm_streams(trace: Trace, skip_groups: set[int] = frozenset()) -> dict[int, list[dict]]:
@@ -102,12 +95,6 @@ def simulate(trace: Trace, eager_bytes: int = 0, skip_groups: set[int] = frozens
         return (("r",) + key[1:] if key[0] == "s" else ("s",) + key[1:]) in issued
 
     return {
-        r: Blocked(
-            r,
-            ev,
-            key,
-            waits_for(key, arrived.get(key, ()), members, present),
-            matched(key),
-        )
+        r: Blocked(r, ev, key, waits_for(key, arrived.get(key, ()), members, present), matched(key))
         for r, (ev, key) in blocked.items()
     }

@@ -39,15 +39,8 @@ _STREAM_COLUMNS = (
     "step",
 )
 COLLECTIVE, SEND, RECV, WAIT = 0, 1, 2, 3
-_KIND = {
-    "send": SEND,
-    "recv": RECV,
-    "wait": WAIT,
-}  # anything else in COMM is a collective
-DRY_RUN_MODES = (
-    "fake",
-    "local",
-)  # recordings that never block; anything else is post-mortem
+_KIND = {"send": SEND, "recv": RECV, "wait": WAIT}  # anything else in COMM is a collective
+DRY_RUN_MODES = ("fake", "local")  # recordings that never block; anything else is post-mortem
 
 
 def post_mortem(trace: Trace) -> bool:
