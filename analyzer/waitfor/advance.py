@@ -103,11 +103,11 @@ class _Streams:
         self._post(self.start, np.minimum(cur, self.end - 1), entered)
         # a blocking point is passed when its target's instance is complete: collectives by count,
         # a send when its recv is posted (bit 2), a recv when its send is (bit 1)
-        want = np.where(kind == SEND, 2, np.where(kind == RECV, 1, 0)).astype(np.int32)
         alive = np.flatnonzero(k < last)
         while len(alive):
             t = self.target[cur[alive]]
-            i, w = inst[t], want[t]
+            tk = kind[t]
+            i, w = inst[t], np.where(tk == SEND, 2, np.where(tk == RECV, 1, 0))
             got = entered[i]
             ok = np.where(w == 0, got >= need[i], (got & w) != 0)
             if not ok.any():
