@@ -9,6 +9,7 @@ batch_isend_irecv does not change the per-pair numbering.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from analyzer.checks.common import atom_values, group_table, shape_text
@@ -17,24 +18,46 @@ from analyzer.trace import Trace
 
 
 def check(trace: Trace) -> list[Finding]:
-    cols = ["group", "seq", "dtype", "in_shapes", "out_shapes", "frame", "module", "tag", "idx"]
-    ev = trace.select("rank", "op", "peer", *cols, ops=["send", "recv"]).with_columns(op=pl.col("op").cast(pl.String))
-    if ev.is_empty():
+    pats = trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(["send", "recv"]))
+    if pats.is_empty():
         return []
     groups = group_table(trace)
     present = set(trace.ranks)
-    sends = ev.filter(pl.col("op") == "send").select(*cols, src="rank", dst="peer")
-    recvs = ev.filter((pl.col("op") == "recv") & (pl.col("peer") >= 0)).select(*cols, src="peer", dst="rank")
+    # lean rows first (tens of millions in a pipeline at scale): keys, idx and pattern code only
+    pats = pats.with_columns(is_send=pl.col("op") == "send")
+    ev = trace.with_patterns(
+        trace.with_codes(trace.stream.select("rank", "idx", "code", "seq"), pats),
+        "is_send",
+        "peer",
+        "group",
+        table=pats,
+    )
+    lean = ["group", "seq", "idx", "code"]
+    sends = ev.filter(pl.col("is_send")).select(*lean, src="rank", dst="peer")
+    recvs = ev.filter(~pl.col("is_send") & (pl.col("peer") >= 0)).select(*lean, src="peer", dst="rank")
+    del ev
     both = sends.join(recvs, on=["group", "src", "dst", "seq"], how="full", suffix="_r", coalesce=True)
-    # only unmatched or disagreeing pairs go on (atoms are interned, so equal shapes = equal ids)
-    both = both.filter(
-        pl.col("idx").is_null()
-        | pl.col("idx_r").is_null()
-        | (pl.col("dtype") != pl.col("dtype_r"))
-        | (pl.col("in_shapes") != pl.col("out_shapes_r"))
+    del sends, recvs
+    # only unmatched or disagreeing pairs go on (atoms are interned, so equal shapes = equal ids);
+    # dtype and shapes compared through per-pattern arrays indexed by code
+    table = trace.patterns.select(pl.col("dtype").to_physical().cast(pl.Int64), "in_shapes", "out_shapes")
+    dtype, ins, outs = (np.r_[table[c].fill_null(-3).to_numpy(), -2] for c in ("dtype", "in_shapes", "out_shapes"))
+    n = trace.patterns.height
+    code, code_r = (both[c].fill_null(n).to_numpy() for c in ("code", "code_r"))
+    keep = (
+        both["idx"].is_null().to_numpy()
+        | both["idx_r"].is_null().to_numpy()
+        | (dtype[code] != dtype[code_r])
+        | (ins[code] != outs[code_r])
+    )
+    both = both.filter(pl.Series(keep))
+    full = pats.select("code", "dtype", "in_shapes", "out_shapes", "frame", "module", "tag")
+    both = both.join(full, on="code", how="left", maintain_order="left").join(
+        full.rename(lambda c: c + "_r"), on="code_r", how="left", maintain_order="left"
     )
     atoms = atom_values(
-        trace, set(both["in_shapes"].drop_nulls().to_list()) | set(both["out_shapes_r"].drop_nulls().to_list())
+        trace,
+        set(both["in_shapes"].drop_nulls().to_list()) | set(both["out_shapes_r"].drop_nulls().to_list()),
     )
     out: list[Finding] = []
     for row in both.to_dicts():

@@ -54,43 +54,45 @@ class _Streams:
             .filter(~pl.col("group").is_in(sorted(skip_groups)))
             .with_columns(eager=(pl.col("kind") == SEND) & (pl.col("in_bytes") <= eager_bytes) & (eager_bytes > 0))
         )
-        ev = trace.with_patterns(
-            trace.with_codes(trace.stream.select("rank", "idx", "code", "seq"), pats),
-            "group",
-            "kind",
-            "async_op",
-            "eager",
-            "peer",
-            table=pats,
-        )
-        ev = ev.with_columns(pl.col("idx").cast(pl.Int64))
-        key = ev["rank"].to_numpy().astype(np.int64) * (1 << 32) + ev["idx"].to_numpy()
+        rows = trace.with_codes(trace.stream.select("rank", "idx", "code", pl.col("seq").cast(pl.Int32)), pats)
+        key = rows["rank"].to_numpy().astype(np.int64) * (1 << 32) + rows["idx"].to_numpy()
         if len(key) > 1 and not (key[1:] > key[:-1]).all():  # streams are stored in order; be sure
-            ev = ev.sort("rank", "idx")
-            key = ev["rank"].to_numpy().astype(np.int64) * (1 << 32) + ev["idx"].to_numpy()
-        self.idx = ev["idx"].to_numpy().astype(np.int32)
-        rank = ev["rank"].to_numpy()
+            rows = rows.sort("rank", "idx")
+            key = rows["rank"].to_numpy().astype(np.int64) * (1 << 32) + rows["idx"].to_numpy()
+        # per-pattern columns gathered by code into lean numpy arrays (82 M rows: bytes count)
+        table = trace.patterns.select("code").join(
+            pats.select("code", "group", "kind", "async_op", "eager", "peer"),
+            on="code",
+            how="left",
+            maintain_order="left",
+        )
+        code = rows["code"].to_numpy()
+        self.kind = kind = table["kind"].fill_null(-1).to_numpy().astype(np.int8)[code]
+        self.rank = rank = rows["rank"].to_numpy()
+        self.idx = rows["idx"].to_numpy().astype(np.int32)
         n_ranks = (int(rank.max()) + 1) if len(rank) else 0
         bounds = np.searchsorted(rank, np.arange(n_ranks + 1))
         self.start, self.end = bounds[:-1], bounds[1:]
-        kind = ev["kind"].to_numpy()
-        self.kind = kind
-        inst, self.need = _instances(ev, trace, present)
+        group = table["group"].fill_null(-1).to_numpy().astype(np.int32)[code]
+        peer = table["peer"].fill_null(-1).to_numpy().astype(np.int32)
+        self.inst, self.need = _instances(kind, group, rows["seq"].to_numpy(), rank, peer, code, trace, present)
+        del group
         # a wait blocks on its target op's instance; an op blocks on its own unless async or eager
-        ref = trace.with_patterns(ev.select("idx", "code"), "ref", table=pats)["ref"].to_numpy()
-        target = np.full(len(kind), -1, dtype=np.int64)
+        target = np.full(len(kind), -1, dtype=np.int32)
         is_wait = kind == WAIT
-        w = np.flatnonzero(is_wait & (ref >= 0))
-        wkey = rank[w].astype(np.int64) * (1 << 32) + ref[w]
+        waits = rows.filter(pl.Series(is_wait))
+        ref = trace.with_patterns(waits.select("idx", "code"), "ref", table=pats)["ref"].to_numpy()
+        w = np.flatnonzero(is_wait)[ref >= 0]
+        wkey = rank[w].astype(np.int64) * (1 << 32) + ref[ref >= 0]
         at = np.minimum(np.searchsorted(key, wkey), len(key) - 1)
         hit = (key[at] == wkey) & (kind[at] != WAIT)
         target[w[hit]] = at[hit]
-        blocking = (~is_wait) & (ev["async_op"].to_numpy() == 0) & ~ev["eager"].to_numpy()
+        del key, waits, ref
+        fire = (table["async_op"].fill_null(1).to_numpy() == 0) & ~table["eager"].fill_null(False).to_numpy()
+        blocking = (~is_wait) & fire[code]
         target[blocking] = np.flatnonzero(blocking)
-        self.target = target.astype(np.int32)  # the op row whose instance a blocking point waits on; -1: not one
-        self.inst = inst
+        self.target = target  # the op row whose instance a blocking point waits on; -1: not one
         self.bps = np.flatnonzero(target >= 0)
-        self.rank = rank
 
     def run(self) -> np.ndarray:
         kind, inst, need, bps = self.kind, self.inst, self.need, self.bps
@@ -135,41 +137,40 @@ class _Streams:
             entered[p] |= bit  # idempotent: a repeated key is posted once, as in the replay
 
 
-def _instances(ev: pl.DataFrame, trace: Trace, present: set) -> tuple[np.ndarray, np.ndarray]:
-    """A dense id per op: (group, seq) for collectives, (group, src, dst, seq) for p2p (per
-    channel offsets: no sort of the events), and what each instance needs to complete."""
-    kind = ev["kind"].to_numpy()
-    seq = np.maximum(ev["seq"].to_numpy().astype(np.int64), 0)
-    group = ev["group"].to_numpy().astype(np.int64)
-    inst = np.full(len(kind), -1, dtype=np.int64)
-    coll = kind == COLLECTIVE
+def _instances(kind, group, seq, rank, peer_of_code, code, trace: Trace, present: set) -> tuple[np.ndarray, np.ndarray]:
+    """A dense id per op: (group, seq) for collectives, (group, src, dst, seq) for p2p (per group
+    and per channel offsets: no sort of the events), and what each instance needs to complete."""
+    inst = np.full(len(kind), -1, dtype=np.int32)
     members = group_members(trace)
     need = []
     n = 0
-    if coll.any():
-        g = group[coll]
-        top = pl.DataFrame({"g": g, "s": seq[coll]}).group_by("g").agg(pl.col("s").max()).sort("g")
-        gid, span = top["g"].to_numpy(), top["s"].to_numpy() + 1
-        offset = np.r_[0, np.cumsum(span)[:-1]]
-        at = np.searchsorted(gid, g)
-        inst[coll] = offset[at] + seq[coll]
+    coll = np.flatnonzero(kind == COLLECTIVE)
+    if len(coll):
+        g, s = group[coll], np.maximum(seq[coll], 0)
+        top = pl.DataFrame({"g": g, "s": s}).group_by("g").agg(pl.col("s").max()).sort("g")
+        gid, span = top["g"].to_numpy(), top["s"].to_numpy().astype(np.int64) + 1
+        offset = np.zeros(int(gid.max()) + 2, dtype=np.int64)
+        offset[gid] = np.r_[0, np.cumsum(span)[:-1]]
+        inst[coll] = (offset[g] + s).astype(np.int32)
+        del g, s
         size = [len([m for m in members.get(int(x), []) if m in present]) for x in gid]
         need.append(np.repeat(np.asarray(size, dtype=np.int32), span))
         n = int(span.sum())
-    p2p = (kind == SEND) | (kind == RECV)
-    if p2p.any():
+    p2p = np.flatnonzero((kind == SEND) | (kind == RECV))
+    if len(p2p):
         w = int(max(trace.world_size, max(present, default=0) + 1)) + 1
-        rank = ev["rank"].to_numpy().astype(np.int64)[p2p]
-        peer = ev["peer"].to_numpy().astype(np.int64)[p2p]
+        r, peer = rank[p2p].astype(np.int64), peer_of_code[code[p2p]].astype(np.int64)
         send = kind[p2p] == SEND
-        src, dst = (np.where(send, rank, peer) + 1, np.where(send, peer, rank) + 1)  # -1 (any source) -> 0
-        chan = (group[p2p] + 1) * (w * w) + src * w + dst
-        top = pl.DataFrame({"c": chan, "s": seq[p2p]}).group_by("c").agg(pl.col("s").max()).sort("c")
-        cid, span = top["c"].to_numpy(), top["s"].to_numpy() + 1
+        src, dst = (np.where(send, r, peer) + 1, np.where(send, peer, r) + 1)  # -1 (any source) -> 0
+        chan = (group[p2p].astype(np.int64) + 1) * (w * w) + src * w + dst
+        del r, peer, src, dst
+        s = np.maximum(seq[p2p], 0)
+        top = pl.DataFrame({"c": chan, "s": s}).group_by("c").agg(pl.col("s").max()).sort("c")
+        cid, span = top["c"].to_numpy(), top["s"].to_numpy().astype(np.int64) + 1
         offset = n + np.r_[0, np.cumsum(span)[:-1]]
-        inst[p2p] = offset[np.searchsorted(cid, chan)] + seq[p2p]
+        inst[p2p] = (offset[np.searchsorted(cid, chan)] + s).astype(np.int32)
         need.append(np.full(int(span.sum()), 2, dtype=np.int32))
-    return inst.astype(np.int32), (np.concatenate(need) if need else np.zeros(0, dtype=np.int32))
+    return inst, (np.concatenate(need) if need else np.zeros(0, dtype=np.int32))
 
 
 def _rows(trace: Trace, ranks: np.ndarray, idx: np.ndarray) -> pl.DataFrame:
