@@ -106,13 +106,33 @@ def diff(
     a: str = typer.Argument(..., help="Trace A (e.g. the golden or the old config)."),
     b: str = typer.Argument(..., help="Trace B."),
     json_out: bool = typer.Option(False, "--json", help="Print the divergences and volume table as JSON."),
+    alias: list[str] = typer.Option(
+        [],
+        "--alias",
+        help="OLD=NEW: compare mesh dim OLD as NEW (repeatable; "
+        "adds to / overrides the defaults dp_shard=fsdp, dp_shard_cp=fsdp, "
+        "dp_shard_in_ep=ep, dp_shard_mod_ep=efsdp).",
+    ),
+    no_aliases: bool = typer.Option(False, "--no-aliases", help="Compare mesh dims by their recorded names."),
+    groups: bool = typer.Option(
+        False,
+        "--groups",
+        help="Also compare group creation, mesh events and collectives on size-1 groups (left out by default).",
+    ),
 ) -> None:
     """How the comm pattern moved from A to B: first divergence per rank class, inserted /
     removed / changed runs, and volume per mesh dim x op x phase. Exit 0 equal, 1 different."""
     from analyzer.diff import diff_traces
+    from analyzer.normalize import Options, parse_aliases
 
+    try:
+        extra = parse_aliases(alias)
+    except ValueError as e:
+        _fail(str(e))
+    options = Options(groups=groups, size_one=groups)
+    options.aliases = extra if no_aliases else {**options.aliases, **extra}
     ta, tb = _load(a), _load(b)
-    d = diff_traces(ta, tb)
+    d = diff_traces(ta, tb, options)
     _render(json_out, "diff", ta, tb, d)
     raise typer.Exit(0 if d.equal else 1)
 

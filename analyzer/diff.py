@@ -2,6 +2,7 @@
 
     diff_traces(a, b) -> Diff
 
+What is compared is analyzer.normalize's stream under its Options (what counts as noise).
 Same world size: each rank's normalized signature stream (analyzer.normalize) in A is aligned
 with the same rank's in B. Ranks whose streams hash equal are done in one columnar pass; the
 others are grouped by their (stream A, stream B) pair, so one Python diff (common prefix and
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyzer.normalize import COMM_OPS, normalize, rank_streams
+from analyzer.normalize import COMM_OPS, Options, normalize, rank_streams
 from analyzer.trace import Trace
 
 CONTEXT = 3
@@ -109,8 +110,10 @@ def volume_table(norm_a: pl.DataFrame, norm_b: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def diff_traces(a: Trace, b: Trace) -> Diff:
-    norm_a, norm_b = normalize(a), normalize(b)
+def diff_traces(a: Trace, b: Trace, options: Options | None = None) -> Diff:
+    """`options`: what counts as noise (default: dim aliases on, group creation and size-1
+    groups left out; Options.strict() compares everything as recorded)."""
+    norm_a, norm_b = normalize(a, options), normalize(b, options)
     return diff_normalized(norm_a, norm_b, a.world_size, b.world_size, a.ranks, b.ranks)
 
 

@@ -29,12 +29,13 @@ def compare(trace_path: str, golden_path: str) -> GoldenResult:
     """Diff a trace against its golden (normalized signatures and the volume table)."""
     from analyzer.diff import diff_traces
     from analyzer.load import LoadError, load
+    from analyzer.normalize import Options
 
     name = os.path.splitext(os.path.basename(golden_path))[0]
     if not os.path.exists(golden_path):
         return GoldenResult(name, golden_path, "new")
     try:
-        d = diff_traces(load(golden_path), load(trace_path))
+        d = diff_traces(load(golden_path), load(trace_path), Options.strict())  # a snapshot: everything
     except LoadError as e:
         return GoldenResult(name, golden_path, "error", error=str(e))
     return GoldenResult(name, golden_path, "same" if d.equal else "changed", diff=d, trace=trace_path)

@@ -16,6 +16,12 @@ comm pattern. Here, per event that communicates or builds groups:
   phase, step and frame travel alongside as context (frame reduced to `file:line in fn`, so
   checkouts in different folders compare equal).
 
+`Options` says what else is noise for the comparison at hand. By default (`analyzer diff`):
+mesh dims that name the same thing in different TorchTitan versions read as one (`dp_shard` is
+`fsdp`), and group creation, mesh events and collectives on size-1 groups stay out of the stream
+(TorchTitan creates every size-1 mesh dim; a size-1 collective moves nothing), so the first
+divergence shown is a communication difference. Goldens compare with `Options.strict()`.
+
 Columnar: atom ids become strings through one gather per column over a per-atom lookup;
 groups become keys once per group, not per event.
 """
@@ -23,6 +29,7 @@ groups become keys once per group, not per event.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -36,11 +43,43 @@ STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}
 ROOTED_OPS = ("broadcast", "reduce", "gather", "scatter")
 MESH_LABELS = ("world",)
 """Labels of groups that a 1-D DeviceMesh may reuse (torch hands back the default group)."""
+DIM_ALIASES = {"dp_shard": "fsdp", "dp_shard_cp": "fsdp", "dp_shard_in_ep": "ep", "dp_shard_mod_ep": "efsdp"}
+"""Mesh dim names that mean the same dim: TorchTitan 0.2's names (and commtrace's before it) ->
+TorchTitan 0.3's (FSDP over `fsdp`, experts over `ep`, their FSDP over `efsdp`)."""
 
 
-def group_keys(trace: Trace) -> pl.DataFrame:
+@dataclass(kw_only=True, slots=True)
+class Options:
+    """What the comparison treats as noise."""
+
+    aliases: dict[str, str] = field(default_factory=lambda: dict(DIM_ALIASES))
+    """Mesh dim name -> the name it is compared as (applied to group labels before keying)."""
+    groups: bool = False
+    """Keep group creation (init_process_group, new_group, split_group) and mesh events."""
+    size_one: bool = False
+    """Keep collectives on groups of one rank (they move no data)."""
+
+    @classmethod
+    def strict(cls) -> Options:
+        """Everything compared, names as recorded: what a golden snapshot needs."""
+        return cls(aliases={}, groups=True, size_one=True)
+
+
+def parse_aliases(items: list[str]) -> dict[str, str]:
+    """["OLD=NEW", ...] -> {OLD: NEW}; ValueError (one line) on a malformed item."""
+    out = {}
+    for item in items:
+        old, sep, new = item.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            raise ValueError(f"--alias expects OLD=NEW (a mesh dim name and the name to compare it as), got {item!r}")
+        out[old.strip()] = new.strip()
+    return out
+
+
+def group_keys(trace: Trace, aliases: dict[str, str] | None = None) -> pl.DataFrame:
     """gid -> dim (mesh dim label, or "group" for groups without one) and gkey (dim + size, or
-    member offsets for groups without a mesh dim)."""
+    member offsets for groups without a mesh dim); `aliases` renames dims."""
+    aliases = aliases or {}
     relabel = _one_dim_meshes(trace)
     rows = []
     for g in trace.groups.iter_rows(named=True):
@@ -52,6 +91,7 @@ def group_keys(trace: Trace) -> pl.DataFrame:
             dim = "group"
             key = "group/" + "".join(f"+{r - ranks[0]}" if r >= ranks[0] else str(r - ranks[0]) for r in ranks)
         else:
+            label = aliases.get(label, label)
             dim, key = label, f"{label}/{len(ranks)}"
         rows.append((g["gid"], dim, key))
     return pl.DataFrame(rows, schema={"gid": pl.Int32, "dim": pl.String, "gkey": pl.String}, orient="row")
@@ -96,17 +136,19 @@ def _members(trace: Trace) -> pl.DataFrame:
     )
 
 
-def normalize(trace: Trace) -> pl.DataFrame:
+def normalize(trace: Trace, options: Options | None = None) -> pl.DataFrame:
     """One row per comparable event, in program order per rank: rank, pos (position in the
     rank's comparable stream), idx (position in the trace), sig, op, dim, gkey, bytes,
-    module, phase, step, frame."""
+    module, phase, step, frame. `options`: what is left out (default: Options())."""
+    options = options or Options()
     # signatures are a property of the pattern (each pattern row belongs to one rank): built once
     # per pattern, then gathered onto the events
     ev = trace.patterns.with_columns(_atom_text(trace, c) for c in ("in_shapes", "out_shapes", "splits", "info"))
-    ev = ev.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(sorted(STREAM_OPS)))
+    kept = STREAM_OPS if options.groups else COMM_OPS
+    ev = ev.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(sorted(kept)))
     members = _members(trace)
     ev = (
-        ev.join(group_keys(trace), left_on="group", right_on="gid", how="left")
+        ev.join(group_keys(trace, options.aliases), left_on="group", right_on="gid", how="left")
         .join(
             members.select("gid", "member", self_pos="pos", gsize="size"),
             left_on=["group", "rank"],
@@ -120,6 +162,8 @@ def normalize(trace: Trace) -> pl.DataFrame:
             how="left",
         )
     )
+    if not options.size_one:  # no size: an event without a group (mesh) is kept
+        ev = ev.filter(pl.col("gsize").fill_null(2) > 1)
     is_p2p = pl.col("op").is_in(sorted(P2P_OPS))
     where = (
         pl.when(is_p2p)

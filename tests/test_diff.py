@@ -13,12 +13,12 @@ from conftest import BIN, REPO, program
 
 from analyzer.diff import diff_traces
 from analyzer.load import load
-from analyzer.normalize import normalize
+from analyzer.normalize import Options, normalize
 from tracer.golden import record_example
 
 AG = "all_gather_into_tensor"
 FSDP_TOML = os.path.join(REPO, "examples", "fsdp.toml")
-# parameters per FSDP unit (fp32): tok_embeddings 8192, each block 49280, [norm, output] 8256
+# parameters per FSDP unit (gathered in bf16): tok_embeddings 8192, each block 49280, [norm, output] 8256
 UNITS = {"tok_embeddings": 8192, "layers.0": 49280, "layers.1": 49280, "norm, output": 8256}
 
 
@@ -65,9 +65,9 @@ def test_reshard_after_forward_adds_one_backward_all_gather_per_unit_per_step(tm
     assert sorted(extra["module"].to_list()) == sorted(list(UNITS) * 2)  # each unit, once per step
     assert extra["step"].to_list() == [0] * 4 + [1] * 4
     ag_back = d.volume.filter((pl.col("op") == AG) & (pl.col("phase") == "backward")).row(0, named=True)
-    per_rank_step = 4 * sum(UNITS.values())  # bytes of the gathered (full) parameters
+    per_rank_step = 2 * sum(UNITS.values())  # bytes of the gathered (full) bf16 parameters
     assert ag_back == {
-        "dim": "dp_shard",
+        "dim": "world",
         "op": AG,
         "phase": "backward",
         "calls_a": 0,
@@ -90,17 +90,20 @@ def test_fsdp8_vs_fsdp4_tp2_compares_by_volume_per_dim(tmp_path):
             "fsdp4tp2",
             {
                 "world_size = 4": "world_size = 8",
-                "data_parallel_shard_degree = -1   # fill: 4": "data_parallel_shard_degree = 4\ntensor_parallel_degree = 2",
+                "data_parallel_shard_degree = -1   # fill: 4": "data_parallel_shard_degree = 4\n"
+                "tensor_parallel_degree = 2",
             },
         ),
     )
-    d = diff_traces(load(fsdp8), load(fsdp4tp2))
+    # FSDP over all 8 ranks runs on the default group ("world": every 8-rank dim reuses it), FSDP
+    # 4 on "fsdp": an alias compares them as one dim
+    d = diff_traces(load(fsdp8), load(fsdp4tp2), Options(aliases={"world": "fsdp"}))
     assert not d.equal
     v = {(r["dim"], r["op"], r["phase"]): r for r in d.volume.iter_rows(named=True)}
-    # FSDP all-gathers: same count per rank on both (4 units forward, per step), on dp_shard
-    fwd = v["dp_shard", AG, "forward"]
+    # FSDP all-gathers: same count per rank on both (4 units forward, per step), on fsdp
+    fwd = v["fsdp", AG, "forward"]
     assert fwd["calls_a"] == fwd["calls_b"] == 8 * 4 * 2
-    assert fwd["bytes_a"] == 8 * 2 * 4 * sum(UNITS.values())  # each rank gathers every full parameter
+    assert fwd["bytes_a"] == 8 * 2 * 2 * sum(UNITS.values())  # each rank gathers every full bf16 parameter
     assert fwd["bytes_b"] < fwd["bytes_a"]  # with TP, a rank gathers only its TP shard
     tp_rows = [r for k, r in v.items() if k[0] == "tp"]
     assert tp_rows and all(r["calls_a"] == 0 and r["calls_b"] > 0 for r in tp_rows)
@@ -128,10 +131,11 @@ def test_one_rank_extra_collective_at_its_rank_and_position(branch_pair):
     d = diff_traces(load(without), load(with_branch))
     assert len(d.divergences) == 1
     div = d.divergences[0]
-    # stream of rank 1: init_process_group, all_reduce (line 7), the extra one (line 9), all_reduce
-    assert div.ranks == [1] and div.position_b == 2 and div.idx_b == 2 and div.n_runs == 1
+    # comparable stream of rank 1 (group creation left out): all_reduce (line 7), the extra one
+    # (line 9), all_reduce; in the trace, init_process_group comes first (idx 2)
+    assert div.ranks == [1] and div.position_b == 1 and div.idx_b == 2 and div.n_runs == 1
     run = div.runs[0]
-    assert (run.kind, run.a_start, run.a_stop, run.b_start, run.b_stop) == ("inserted", 2, 2, 2, 3)
+    assert (run.kind, run.a_start, run.a_stop, run.b_start, run.b_stop) == ("inserted", 1, 1, 1, 2)
     assert run.b_sigs == ["all_reduce world/4 float32 in=[[4]] out=[[4]] sum"]
     assert run.where["frame"] == "rank_branch.py:9 in <module>"
     assert div.event_b["frame"] == "rank_branch.py:9 in <module>"

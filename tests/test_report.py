@@ -70,7 +70,7 @@ def test_healthy_report_has_plots_and_no_graph(tmp_path):
     no_network_no_script(page)
     assert "No findings" in page and "No hang" in page and 'id="waitfor"' not in page
     assert '<figure id="plot-volume"><svg' in page and '<figure id="plot-steps"><svg' in page
-    for dim in ("dp_shard", "dp_replicate", "tp"):  # the plots' text stays text (searchable)
+    for dim in ("fsdp", "dp_replicate", "tp"):  # the plots' text stays text (searchable)
         assert f">{dim} · " in page or f">{dim}<" in page, dim
 
 

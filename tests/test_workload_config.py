@@ -47,12 +47,41 @@ world_size = {world}
         ),
         ("tensor_parallel_degree = 2\ndata_parallel_shard_degree = 4", 4, "parallelism: degrees multiply to 8"),
         ("data_parallel_shard_degree = 3", 4, "tracer.world_size is 4"),
-        ('pipeline_parallel_degree = 4\npipeline_parallel_schedule = "1F1B"', 4, "1F1B needs 4 stages"),
         (
-            'pipeline_parallel_degree = 2\npipeline_parallel_schedule = "Interleaved1F1B"',
-            2,
-            "Interleaved1F1B needs 4 stages (2 ranks x 2), which model.n_layers=2 does not split into",
+            'pipeline_parallel_degree = 4\npipeline_parallel_schedule = "Interleaved1F1B"\nmicrobatches = 4',
+            4,
+            "Interleaved1F1B needs 8 stages (4 ranks x 2): 8 pipeline stages cannot split 2 layers (+ 1 for "
+            "tok_embeddings, + 1 for norm and output): more stages than layers",
         ),
+        (
+            "pipeline_parallel_degree = 2\npipeline_parallel_first_stage_less_layers = 5",
+            2,
+            "pipeline_parallel_first/last_stage_less_layers (5/1) exceed the 4 layers per stage",
+        ),
+        (
+            "enable_async_tensor_parallel = true",
+            4,
+            "parallelism.enable_async_tensor_parallel = True changes the comm "
+            "pattern in ways the built-in workload does not model (only False is accepted)",
+        ),
+        ('pipeline_parallel_split_points = ["layers.1"]', 4, "parallelism.pipeline_parallel_split_points"),
+        (
+            '[activation_checkpoint]\nmode = "ful"',
+            4,
+            "activation_checkpoint.mode must be one of none, selective, full, got 'ful' (did you mean 'full'?)",
+        ),
+        (
+            '[activation_checkpoint]\nselective_ac_option = "ops"',
+            4,
+            'activation_checkpoint.selective_ac_option must be "op" or a positive layer frequency',
+        ),
+        (
+            '[training]\nmixed_precision_param = "float16"',
+            4,
+            'training.mixed_precision_param must be "bfloat16" or "float32", got \'float16\'',
+        ),
+        ("[training]\nmax_norm = 0", 4, "training.max_norm must be positive"),
+        ("[validation]\nenable = true", 4, "validation.enable = True changes the comm pattern"),
         (
             'pipeline_parallel_degree = 2\npipeline_parallel_schedule = "ZeroBubble"',
             2,
@@ -72,6 +101,23 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path, par, world, msg):
     line = one_line_error(p)
     assert msg in line and line.startswith(f"error: {cfg}: ")
     assert not (tmp_path / "bad.trace").exists()
+
+
+def test_keys_that_would_change_the_pattern_are_refused_unless_at_their_default():
+    from tracer import config
+
+    with pytest.raises(ValueError, match=r"^model.converters = \['float8'\] changes the comm pattern"):
+        config.from_dict({"model": {"converters": ["float8"]}})
+    with pytest.raises(ValueError, match=r"^checkpoint.enable = True changes the comm pattern"):
+        config.from_dict({"checkpoint": {"enable": True, "folder": "ckpt"}})
+    cfg = config.from_dict(
+        {
+            "model": {"converters": []},
+            "checkpoint": {"enable": False, "interval": 5},
+            "parallelism": {"pipeline_parallel_split_points": [], "expert_tensor_parallel_degree": 1},
+        }
+    )
+    assert cfg.world_size == 1
 
 
 def test_unknown_section_and_bad_toml(tmp_path):

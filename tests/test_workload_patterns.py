@@ -12,7 +12,7 @@ import os
 import pytest
 from conftest import REPO, sig, stream
 
-AG, RS, AR, A2A = "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single"
+AG, RS, AR, A2A = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single")
 COMM = (AG, RS, AR, A2A)
 P2P = ("send", "recv")
 EXAMPLES = os.path.join(REPO, "examples")  # the `workload` fixture is in conftest.py
@@ -25,101 +25,139 @@ def comm(t, rank, ops=COMM):
 # ---- FSDP2 -------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["fake", "local"])
 def test_fsdp_all_gathers_and_reduce_scatters_per_unit_per_step(workload, mode):
-    # fsdp.toml: 4 ranks, one dp_shard dim spanning the world (torch reuses the default group:
-    # label "world"). Units (TorchTitan's wrapping): tok_embeddings E (8192 -> 2048 per rank),
-    # layers.0 / layers.1 (49280 -> 12320), [norm, output] F (8256 -> 2064), root (no params).
-    # "default" resharding: E and the blocks reshard after forward, F does not.
-    # Forward: AG E, L0, L1, F. Backward, in reverse: F is still gathered, its pre-backward only
-    # prefetches L1 (AG L1), F's grads are reduce-scattered (RS F); L1's pre-backward prefetches
-    # L0, then RS L1; L0 prefetches E, RS L0; RS E. Reduce op: avg.
+    # fsdp.toml: 4 ranks; every 4-rank dim (batch, fsdp, loss_mesh) is the whole world, so torch
+    # hands each the default group: label "world". Units (TorchTitan's wrapping): tok_embeddings
+    # E (8192 -> 2048 per rank), layers.0 / layers.1 (49280 -> 12320), [norm, output] F (8256 ->
+    # 2064), root (no params). "default" resharding: E and the blocks reshard after forward, F
+    # does not. Mixed precision (TorchTitan's defaults): all-gathers in bf16, reduce-scatters in
+    # fp32; gradient division off (factor 1.0), so FSDP reduces with premul_sum.
+    # Per step: the global token count (int64 scalar, sum); forward AG E, L0, L1, F; backward in
+    # reverse: F is still gathered, its pre-backward only prefetches L1 (AG L1), RS F; L1's
+    # pre-backward prefetches L0, RS L1; L0 prefetches E, RS L0; RS E. Then the grad norm: one
+    # all-reduce of the 21 per-parameter norms (all Shard(0) over fsdp; 9 per block, E, norm,
+    # output). Step 1 (TorchTitan counts from 1) logs: loss sum, loss max, tokens seen (int64).
+    # Selective AC recomputes nothing that communicates here (no tensor parallel).
     t, _ = workload("fsdp", mode)
     size = {"tok_embeddings": 2048, "layers.0": 12320, "layers.1": 12320, "norm, output": 2064}
+    seq = iter(range(100))
 
-    def ag(seq, unit, phase, step):
-        return (AG, "world", seq, -1, "float32", [[size[unit]]], [[4 * size[unit]]], None, 0), unit, phase, step
+    def ag(unit, phase, step):
+        return (
+            (AG, "world", next(seq), -1, "bfloat16", [[size[unit]]], [[4 * size[unit]]], None, 0),
+            unit,
+            phase,
+            step,
+        )
 
-    def rs(seq, unit, step):
-        return (RS, "world", seq, -1, "float32", [[4 * size[unit]]], [[size[unit]]], "avg", 0), unit, "backward", step
+    def rs(unit, step):
+        return (
+            (RS, "world", next(seq), -1, "float32", [[4 * size[unit]]], [[size[unit]]], "premul_sum", 0),
+            unit,
+            "backward",
+            step,
+        )
+
+    def ar(dtype, shape, op, step):
+        return ((AR, "world", next(seq), -1, dtype, shape, shape, op, 1), "", "other", step)  # funcol: async
 
     expected = []
     for step in range(2):
-        s = 11 * step
+        expected += [ar("int64", [[]], "sum", step)]
         expected += [
-            ag(s, "tok_embeddings", "forward", step),
-            ag(s + 1, "layers.0", "forward", step),
-            ag(s + 2, "layers.1", "forward", step),
-            ag(s + 3, "norm, output", "forward", step),
-            ag(s + 4, "layers.1", "backward", step),
-            rs(s + 5, "norm, output", step),
-            ag(s + 6, "layers.0", "backward", step),
-            rs(s + 7, "layers.1", step),
-            ag(s + 8, "tok_embeddings", "backward", step),
-            rs(s + 9, "layers.0", step),
-            rs(s + 10, "tok_embeddings", step),
+            ag("tok_embeddings", "forward", step),
+            ag("layers.0", "forward", step),
+            ag("layers.1", "forward", step),
+            ag("norm, output", "forward", step),
+            ag("layers.1", "backward", step),
+            rs("norm, output", step),
+            ag("layers.0", "backward", step),
+            rs("layers.1", step),
+            ag("tok_embeddings", "backward", step),
+            rs("layers.0", step),
+            rs("tok_embeddings", step),
         ]
+        expected += [ar("float32", [[21]], "sum", step)]
+        if step == 0:  # logged after the optimizer step: attributed to the next step
+            expected += [ar("float32", [[]], "sum", 1), ar("float32", [[]], "max", 1), ar("int64", [[]], "sum", 1)]
     for rank in range(4):
-        assert [(sig(e), e["module"], e["phase"], e["step"]) for e in comm(t, rank)] == expected
+        assert [(sig(e), e["module"] or "", e["phase"], e["step"]) for e in comm(t, rank)] == expected
 
 
 # ---- HSDP x TP + SP ----------------------------------------------------------------------
-def _tp_region(tp_ag, tp_rs):
-    # one TP region (attention or feed-forward) forward: all-gather the sequence-sharded input
-    # (PrepareModuleInput Shard(1) -> Replicate), reduce-scatter the rowwise output (Partial ->
-    # Shard(1)); backward mirrors it: all-gather the output grad, reduce-scatter the input grad
-    return [tp_ag, tp_rs]
-
-
 @pytest.mark.parametrize("mode", ["fake", "local"])
 def test_hsdp_with_tensor_and_sequence_parallel(workload, mode):
-    # hsdp_tp.toml: mesh (dp_replicate 2, dp_shard 2, tp 2), 8 ranks. Batch 2 x seq 16 x dim 64;
-    # sequence parallel holds (2, 8, 64) per rank. A tp all-gather along dim 1 goes through dim
-    # 0: (2, 8, 64) -> (4, 8, 64); a tp reduce-scatter (4, 8, 64) -> (2, 8, 64).
+    # hsdp_tp.toml: dense mesh (dp_replicate 2, fsdp 2, tp 2), 8 ranks; batch = dp_replicate x
+    # fsdp (4 ranks). Batch 2 x seq 16 x dim 64; sequence parallel holds (2, 8, 64) per rank. A
+    # tp all-gather along dim 1 goes through dim 0: (2, 8, 64) -> (4, 8, 64); a tp
+    # reduce-scatter (4, 8, 64) -> (2, 8, 64). Activations are bf16 (FSDP gathers bf16 params).
     # FSDP units hold the tp-local parameters: a block has 49280 / 2 (tp) = 24640 + 64 (the two
-    # norms stay whole: 128 instead of 64) = 24704, 12352 per dp_shard rank; tok_embeddings 4096
-    # (vocab-sharded) -> 2048; [norm, output] 64 + 4096 = 4160 -> 2080.
-    # HSDP: each reduce-scatter on dp_shard is followed by an all-reduce (avg) on dp_replicate.
-    # Per step, forward: AG E; tp RS (tok_embeddings' partial output -> Shard(1)); per block: AG
-    # block, tp AG, tp RS (attention), tp AG, tp RS (feed-forward); AG F; tp AG (norm output ->
-    # output input), tp AG (logits Shard(-1) -> Replicate).
+    # norms stay whole: 128 instead of 64) = 24704, 12352 per fsdp rank; tok_embeddings 4096
+    # (vocab-sharded) -> 2048; [norm, output] 64 + 4096 = 4160 -> 2080. All-gathers bf16,
+    # gradients reduced in fp32: each reduce-scatter on fsdp (premul_sum, division off) is
+    # followed by a sum all-reduce on dp_replicate.
+    # Per step: the token count (int64, sum over batch). Forward: AG E; tp RS (tok_embeddings'
+    # partial output -> Shard(1)); per block: AG block, tp AG, tp RS (attention), tp AG, tp RS
+    # (feed-forward); AG F; tp AG (norm output -> output input). Loss parallel: the logits stay
+    # vocab-sharded (no gather); the loss takes three fp32 tp all-reduces of one value per token
+    # (32 tokens): max, sum of exps, target log-prob.
     # Backward: AG L1 (prefetch); tp RS (output's input grad); tp AR (norm weight grad: a
     # replicated weight fed by sequence shards gets a Partial grad), RS + AR F; AG L0 (prefetch);
-    # L1: tp AG, RS (feed-forward), tp AG, RS (attention), tp AR x2 (attention_norm, ffn_norm),
-    # RS + AR L1; AG E (prefetch); L0 the same; tp AG (tok_embeddings' output grad), RS + AR E.
+    # L1: tp AG (w2's reduce-scatter, backward); selective AC recomputes the forward, whose two
+    # all-gathers were not saved (reduce-scatters were): tp AG (attention), tp AG (feed-forward);
+    # then tp RS (feed-forward input grad), tp AG + RS (attention), tp AR x2 (attention_norm,
+    # ffn_norm), RS + AR L1; AG E (prefetch); L0 the same; tp AG (tok_embeddings' output grad),
+    # RS + AR E. Grad norm: the 21 per-parameter norms are partial over fsdp and tp: one fp32
+    # all-reduce on each. Step 1 logs three all-reduces over loss_mesh (= batch).
     t, _ = workload("hsdp_tp", mode)
     sp, full = [[2, 8, 64]], [[4, 8, 64]]
-    tp_ag = lambda: (AG, "tp", sp, full, None)
-    tp_rs = lambda: (RS, "tp", full, sp, "sum")
-    tp_ar = lambda: (AR, "tp", [[64]], [[64]], "sum")
+    tp_ag = (AG, "tp", sp, full, None, "bfloat16")
+    tp_rs = (RS, "tp", full, sp, "sum", "bfloat16")
+    tp_ar = (AR, "tp", [[64]], [[64]], "sum", "bfloat16")
     size = {"E": 2048, "L": 12352, "F": 2080}
-    dp_ag = lambda u: (AG, "dp_shard", [[size[u]]], [[2 * size[u]]], None)
+    dp_ag = lambda u: (AG, "fsdp", [[size[u]]], [[2 * size[u]]], None, "bfloat16")
     dp_rs = lambda u: [
-        (RS, "dp_shard", [[2 * size[u]]], [[size[u]]], "avg"),
-        (AR, "dp_replicate", [[size[u]]], [[size[u]]], "avg"),
+        (RS, "fsdp", [[2 * size[u]]], [[size[u]]], "premul_sum", "float32"),
+        (AR, "dp_replicate", [[size[u]]], [[size[u]]], "sum", "float32"),
     ]
-    block_fwd = [dp_ag("L"), tp_ag(), tp_rs(), tp_ag(), tp_rs()]
-    block_bwd = [tp_ag(), tp_rs(), tp_ag(), tp_rs(), tp_ar(), tp_ar(), *dp_rs("L")]
+    loss = [(AR, "tp", [[32, 1]], [[32, 1]], op, "float32") for op in ("max", "sum", "sum")]
+    block_fwd = [dp_ag("L"), tp_ag, tp_rs, tp_ag, tp_rs]
+    block_bwd = [tp_ag, tp_ag, tp_ag, tp_rs, tp_ag, tp_rs, tp_ar, tp_ar, *dp_rs("L")]
     step = (
-        [dp_ag("E"), tp_rs()]
+        [(AR, "batch", [[]], [[]], "sum", "int64"), dp_ag("E"), tp_rs]
         + block_fwd
         + block_fwd
-        + [dp_ag("F"), tp_ag(), (AG, "tp", [[2, 16, 64]], [[4, 16, 64]], None)]
-        + [dp_ag("L"), tp_rs(), tp_ar(), *dp_rs("F"), dp_ag("L")]
+        + [dp_ag("F"), tp_ag]
+        + loss
+        + [dp_ag("L"), tp_rs, tp_ar, *dp_rs("F"), dp_ag("L")]
         + block_bwd
         + [dp_ag("E")]
         + block_bwd
-        + [tp_ag(), *dp_rs("E")]
+        + [tp_ag, *dp_rs("E")]
+        + [(AR, dim, [[21]], [[21]], "sum", "float32") for dim in ("fsdp", "tp")]
     )
+    logged = [
+        (AR, "loss_mesh", [[]], [[]], op, dtype)
+        for op, dtype in (("sum", "float32"), ("max", "float32"), ("sum", "int64"))
+    ]
     for rank in range(8):
-        got = [(e["op"], e["group"][0], e["in_shapes"], e["out_shapes"], e["reduce_op"]) for e in comm(t, rank)]
-        assert got == step * 2
+        got = [
+            (e["op"], e["group"][0], e["in_shapes"], e["out_shapes"], e["reduce_op"], e["dtype"]) for e in comm(t, rank)
+        ]
+        assert got == step + logged + step
+        # per step, tp all-gathers: forward 2 per block + 1 (output); backward 4 per block (2 of
+        # them recomputed) + 1 (embeddings); reduce-scatters 2 per block + 1 each way
+        ag = [e["phase"] for e in comm(t, rank) if e["op"] == AG and e["group"][0] == "tp" and e["step"] == 0]
+        assert (ag.count("forward"), ag.count("backward")) == (5, 9)
         # forward tp collectives per TP region: the input all-gather runs in the region's input
         # hook, the reduce-scatter in wo's / w2's output hook; a module's own output hook runs
         # after torch's global forward hooks, which is where attribution leaves the module, so
         # output-hook collectives are attributed to the enclosing module (the root, for
-        # tok_embeddings; the region, for wo / w2)
+        # tok_embeddings; the region, for wo / w2). The checkpoint wrapper is in the path.
         mods = [e["module"] for e in comm(t, rank) if e["group"][0] == "tp" and e["phase"] == "forward"]
         assert mods[:9] == ["FSDPTransformer"] + [
-            f"layers.{i}.{m}" for i in (0, 1) for m in ("attention",) * 2 + ("feed_forward",) * 2
+            f"layers.{i}._checkpoint_wrapped_module.{m}"
+            for i in (0, 1)
+            for m in ("attention",) * 2 + ("feed_forward",) * 2
         ]
 
 
@@ -205,23 +243,25 @@ def _a2a(t, rank):
 
 @pytest.mark.parametrize("mode", ["fake", "local"])
 def test_expert_parallel_all_to_alls_per_moe_layer(workload, mode):
-    # fsdp_ep.toml: 4 ranks, dp_shard 4 split into dp_shard_mod_ep 2 x dp_shard_in_ep 2 (the ep
-    # group: ranks {0,1} and {2,3}); 4 experts, 2 per ep rank; top 2 of 4 for 2 x 16 tokens = 64
+    # fsdp_ep.toml: 4 ranks, fsdp 4; the sparse mesh efsdp 2 x ep 2 (TorchTitan 0.3's names; the
+    # ep group: ranks {0,1} and {2,3}); 4 experts, 2 per ep rank; top 2 of 4 for 2 x 16 tokens = 64
     # routed rows of 64. Per MoE layer, forward: a2a of the per-expert counts ([4] -> [4], equal
     # splits 2/2), a2a dispatching the rows (in: 64 rows, split by the destination's experts),
     # a2a combining them back (the dispatch's splits swapped). Backward, per layer in reverse:
     # the combine's a2a, then the dispatch's, each with swapped splits (counts need no grad).
+    # Selective AC saves all_to_all_single outputs: nothing recomputed.
     t, _ = workload("fsdp_ep", mode)
     for rank in range(4):
         a = _a2a(t, rank)
         assert len(a) == 2 * 10  # 2 steps x 2 layers x (3 forward + 2 backward)
-        assert {e["group"][0] for e in a} == {"dp_shard_in_ep"}
+        assert {e["group"][0] for e in a} == {"ep"}
         assert all(e["async_op"] == 1 for e in a)
         for step in range(2):
             s = a[10 * step : 10 * (step + 1)]
             fwd, bwd = s[:6], s[6:]
             assert [e["phase"] for e in s] == ["forward"] * 6 + ["backward"] * 4
-            assert [e["module"] for e in fwd] == ["layers.0.moe"] * 3 + ["layers.1.moe"] * 3
+            moe = [f"layers.{i}._checkpoint_wrapped_module.moe" for i in (0, 1)]  # under selective AC
+            assert [e["module"] for e in fwd] == [moe[0]] * 3 + [moe[1]] * 3
             layers = {}
             for layer in range(2):
                 counts, dispatch, combine = fwd[3 * layer : 3 * layer + 3]

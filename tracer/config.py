@@ -61,6 +61,9 @@ class Model:
     """Experts of the MoE feed-forward in every block; 0 means a dense SwiGLU."""
     top_k: int = 1
     """Experts each token is routed to."""
+    fuse_qkv: bool = False
+    """One wqkv projection instead of wq, wk, wv (TorchTitan 0.3's llama3 models): fewer
+    parameters to norm and fewer backward reduce-scatter sources, same collectives otherwise."""
 
     @property
     def head_dim(self) -> int:
@@ -95,6 +98,12 @@ class Training:
     """Sequence length."""
     local_batch_size: int = 4
     """Batch size per data-parallel rank."""
+    mixed_precision_param: str = "bfloat16"
+    """FSDP's param_dtype: parameters (so activations and tp collectives) in "bfloat16" or "float32"."""
+    mixed_precision_reduce: str = "float32"
+    """FSDP's reduce_dtype: gradients reduce-scattered / all-reduced in "float32" or "bfloat16"."""
+    max_norm: float = 1.0
+    """Gradient-norm clipping every step (TorchTitan always clips): the norm's all-reduces."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -113,6 +122,12 @@ class Parallelism:
     """Pipeline ranks (physical); looped schedules hold several stages per rank."""
     pipeline_parallel_schedule: str = "1F1B"
     """GPipe, 1F1B or Interleaved1F1B."""
+    pipeline_parallel_first_stage_less_layers: int = 1
+    """The first stage counts tok_embeddings as this many layers when splitting (TorchTitan)."""
+    pipeline_parallel_last_stage_less_layers: int = 1
+    """The last stage counts norm + output as this many layers when splitting (TorchTitan)."""
+    disable_loss_parallel: bool = False
+    """With tensor parallel, gather the full logits for the loss instead of keeping them vocab-sharded."""
     pipeline_parallel_microbatch_size: int | None = None
     """TorchTitan's knob: microbatches = local_batch_size / this."""
     microbatches: int | None = None
@@ -121,6 +136,20 @@ class Parallelism:
     """Expert parallel degree (TorchTitan's dp2ep: experts sharded over part of the dp_shard dim)."""
     context_parallel_degree: int = 1
     """Context parallel degree (not modelled: must be 1)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class ActivationCheckpoint:
+    mode: str = "selective"
+    """"none", "selective" or "full": which forward ops backward recomputes, collectives included."""
+    selective_ac_option: str = "op"
+    """Selective AC: "op" (TorchTitan's op-level policy) or N (full recompute of every N-th block)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Metrics:
+    log_freq: int = 10
+    """Steps 1 and every log_freq-th step log the loss: three all-reduces over the data-parallel ranks."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -149,6 +178,8 @@ class JobConfig:
     optimizer: Optimizer = field(default_factory=Optimizer)
     training: Training = field(default_factory=Training)
     parallelism: Parallelism = field(default_factory=Parallelism)
+    activation_checkpoint: ActivationCheckpoint = field(default_factory=ActivationCheckpoint)
+    metrics: Metrics = field(default_factory=Metrics)
     comm: Comm = field(default_factory=Comm)
     tracer: TracerSection = field(default_factory=TracerSection)
 
@@ -182,53 +213,61 @@ class JobConfig:
 
 # TorchTitan sections and keys that cannot change what is communicated: accepted, ignored.
 IGNORED_SECTIONS = frozenset(
-    {
-        "profiling",
-        "metrics",
-        "lr_scheduler",
-        "checkpoint",
-        "activation_checkpoint",
-        "float8",
-        "mx",
-        "memory_estimation",
-        "fault_tolerance",
-        "experimental",
-        "validation",
-        "compile",
-        "quantize",
-    }
+    {"profiling", "lr_scheduler", "float8", "mx", "memory_estimation", "experimental", "compile", "quantize"}
 )
 IGNORED_KEYS = {
     "job": {"config_file", "dump_folder", "description", "use_for_integration_test", "print_args", "print_config"},
-    "model": {"flavor", "tokenizer_path", "hf_assets_path", "converters", "print_after_conversion"},
+    "model": {"flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"},
     "optimizer": {"beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
     "training": {
         "dataset",
         "dataset_path",
         "global_batch_size",
-        "max_norm",
         "seed",
         "deterministic",
         "gc_freq",
         "gc_debug",
         "compile",
         "enable_cpu_offload",
-        "mixed_precision_param",
-        "mixed_precision_reduce",
         "warmup_steps",
     },
-    "parallelism": {
-        "enable_compiled_autograd",
-        "disable_loss_parallel",
-        "enable_async_tensor_parallel",
-        "pipeline_parallel_split_points",
-        "pipeline_parallel_layers_per_stage",
-        "pipeline_parallel_schedule_csv",
-        "context_parallel_rotate_method",
-        "expert_tensor_parallel_degree",
+    "parallelism": {"enable_compiled_autograd", "context_parallel_rotate_method"},
+    "activation_checkpoint": {
+        "preserve_rng_state",
+        "determinism_check",
+        "debug",
+        "early_stop",
+        "per_op_sac_force_recompute_mm_shapes_by_fqns",
+        "memory_budget",  # only read in mode "memory_budget", which is refused
+        "visualize_memory_budget_pareto",
+    },
+    "metrics": {
+        "enable_tensorboard",
+        "enable_wandb",
+        "save_tb_folder",
+        "save_for_all_ranks",
+        "disable_color_printing",
+        "enable_color_printing",
     },
     "comm": {"init_timeout_seconds", "train_timeout_seconds", "trace_buf_size", "save_traces_folder"},
 }
+UNMODELLED = {
+    "model.converters": [],
+    "parallelism.enable_async_tensor_parallel": False,
+    "parallelism.pipeline_parallel_split_points": [],
+    "parallelism.pipeline_parallel_layers_per_stage": None,
+    "parallelism.pipeline_parallel_schedule_csv": "",
+    "parallelism.expert_tensor_parallel_degree": 1,
+    "checkpoint.enable": False,
+    "checkpoint.enable_checkpoint": False,
+    "validation.enable": False,
+    "fault_tolerance.enable": False,
+}
+"""TorchTitan keys that would change the comm pattern and that the built-in workload does not
+model: accepted at their default (a real TorchTitan TOML often spells them out), refused
+otherwise, so that no recording silently differs from what TorchTitan would run. Every other
+key of these sections cannot change what is communicated."""
+UNMODELLED_SECTIONS = frozenset({"checkpoint", "validation", "fault_tolerance"})
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(JobConfig)}
 
 
@@ -263,6 +302,9 @@ def from_dict(raw: dict) -> JobConfig:
     for section, values in raw.items():
         if section in IGNORED_SECTIONS:
             continue
+        if section in UNMODELLED_SECTIONS:
+            _refuse_unmodelled(section, values)
+            continue
         if section not in _SECTIONS:
             raise ValueError(f"unknown section [{section}]{_did_you_mean(section, [*_SECTIONS, *IGNORED_SECTIONS])}")
         if not isinstance(values, dict):
@@ -272,6 +314,9 @@ def from_dict(raw: dict) -> JobConfig:
         for key, value in values.items():
             if key in IGNORED_KEYS.get(section, ()):
                 continue
+            if f"{section}.{key}" in UNMODELLED:
+                _refuse_unmodelled(section, {key: value})
+                continue
             if key not in names:
                 raise ValueError(f"unknown key {section}.{key}{_did_you_mean(key, names)}")
             setattr(target, key, _typed(f"{section}.{key}", value, dataclasses.fields(target)[names.index(key)].type))
@@ -279,6 +324,16 @@ def from_dict(raw: dict) -> JobConfig:
 
     check(cfg)
     return cfg
+
+
+def _refuse_unmodelled(section: str, values) -> None:
+    for key, value in values.items() if isinstance(values, dict) else ():
+        default = UNMODELLED.get(f"{section}.{key}", value)
+        if value != default and not (default == [] and value in ((), None)):
+            raise ValueError(
+                f"{section}.{key} = {value!r} changes the comm pattern in ways the built-in workload "
+                f"does not model (only {default!r} is accepted); record TorchTitan itself instead"
+            )
 
 
 def _did_you_mean(word: str, choices) -> str:

@@ -4,6 +4,10 @@ world size, and refuse degrees, shapes and schedules that cannot run, naming the
 from __future__ import annotations
 
 from tracer.config import SCHEDULES, STAGES_PER_RANK, JobConfig, _did_you_mean
+from tracer.workloads.pipeline_split import stage_modules
+
+AC_MODES = ("none", "selective", "full")
+PRECISIONS = ("bfloat16", "float32")
 
 
 def check(cfg: JobConfig) -> None:
@@ -69,8 +73,35 @@ def check(cfg: JobConfig) -> None:
             f"training.seq_len: {t.seq_len} is not divisible by parallelism.tensor_parallel_degree="
             f"{tp} (sequence parallel shards the sequence)"
         )
+    _check_training_keys(cfg)
     _check_moe(cfg)
     _check_pipeline(cfg)
+
+
+def _check_training_keys(cfg: JobConfig) -> None:
+    """The keys that change dtypes, recompute and clipping: values the workload can honour."""
+    t, ac = cfg.training, cfg.activation_checkpoint
+    for key in ("mixed_precision_param", "mixed_precision_reduce"):
+        if getattr(t, key) not in PRECISIONS:
+            raise ValueError(f'training.{key} must be "bfloat16" or "float32", got {getattr(t, key)!r}')
+    if t.max_norm <= 0:
+        raise ValueError(f"training.max_norm must be positive (TorchTitan always clips), got {t.max_norm}")
+    if ac.mode not in AC_MODES:
+        raise ValueError(
+            f"activation_checkpoint.mode must be one of {', '.join(AC_MODES)}, got {ac.mode!r}"
+            f"{_did_you_mean(ac.mode, AC_MODES)}"
+        )
+    if (
+        ac.mode == "selective"
+        and ac.selective_ac_option != "op"
+        and not (ac.selective_ac_option.isdigit() and int(ac.selective_ac_option) >= 1)
+    ):
+        raise ValueError(
+            f'activation_checkpoint.selective_ac_option must be "op" or a positive layer '
+            f'frequency such as "2", got {ac.selective_ac_option!r}'
+        )
+    if cfg.metrics.log_freq < 1:
+        raise ValueError(f"metrics.log_freq must be at least 1, got {cfg.metrics.log_freq}")
 
 
 def _check_degrees(cfg: JobConfig) -> None:
@@ -145,13 +176,19 @@ def _check_pipeline(cfg: JobConfig) -> None:
         raise ValueError(
             f"parallelism.microbatches: {n_mb} microbatches do not split training.local_batch_size={t.local_batch_size}"
         )
-    if m.n_layers % stages:
-        raise ValueError(
-            f"parallelism.pipeline_parallel_schedule: {p.pipeline_parallel_schedule} needs "
-            f"{stages} stages ({p.pipeline_parallel_degree} ranks x "
-            f"{STAGES_PER_RANK[p.pipeline_parallel_schedule]}), which model.n_layers={m.n_layers} "
-            f"does not split into"
+    for key in ("pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"):
+        if getattr(p, key) < 0:
+            raise ValueError(f"parallelism.{key} must be at least 0, got {getattr(p, key)}")
+    try:
+        stage_modules(
+            stages, m.n_layers, p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers
         )
+    except ValueError as e:
+        raise ValueError(
+            f"parallelism.pipeline_parallel_schedule: {p.pipeline_parallel_schedule} needs {stages} "
+            f"stages ({p.pipeline_parallel_degree} ranks x {STAGES_PER_RANK[p.pipeline_parallel_schedule]}"
+            f"): {e}"
+        ) from None
     if p.pipeline_parallel_schedule == "1F1B" and n_mb < p.pipeline_parallel_degree:
         raise ValueError(
             f"parallelism.microbatches: 1F1B needs at least pipeline_parallel_degree="

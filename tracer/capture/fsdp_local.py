@@ -4,6 +4,9 @@ Out of the box FSDP2 fails there at `free_storage` (resize_() on a LocalTensor, 
 storage of its own) and, once that is fixed, silently keeps rank 0's shard on every simulated
 rank (it takes its shard rank from ProcessGroup.rank(), which is 0 in the one process). The
 patches below fix both; all are no-ops for plain tensors and outside LocalTensorMode.
+FSDP with its gradient division switched off (set_gradient_divide_factor(1.0), as TorchTitan
+does) reduce-scatters with PREMUL_SUM(1.0), which LocalTensor does not implement; it is summed
+(exact for a factor of 1; any other factor is refused with a one-line error).
 Limitation: a parameter too small to give every rank a non-empty shard is refused (FSDP
 branches in Python on `numel() > 0`, which would differ per rank).
 """
@@ -137,3 +140,29 @@ def install(p: Patcher) -> None:
 
         _init_sharded_param._local_tensor_patched = True
         p.set(_fsdp_param.FSDPParam, "_init_sharded_param", _init_sharded_param)
+
+    # (6) PREMUL_SUM: LocalTensor's reduction raises on it (the factor does not reach it).
+    # FSDP asks for it with the factor 1 / gradient_divide_factor: a factor of 1 is a plain sum.
+    from torch.distributed import ReduceOp
+    from torch.distributed._local_tensor import _c10d as local_c10d
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives
+
+    orig_reduce, orig_factors = (local_c10d._local_reduce, _fsdp_collectives._get_gradient_divide_factors)
+
+    def _local_reduce(reduce_op, tensors):
+        if reduce_op == ReduceOp.PREMUL_SUM or reduce_op == "premul_sum":
+            reduce_op = ReduceOp.SUM  # the factor is 1: checked below, where FSDP picks it
+        return orig_reduce(reduce_op, tensors)
+
+    def _get_gradient_divide_factors(*args, **kwargs):
+        out = orig_factors(*args, **kwargs)
+        factor = kwargs.get("factor", args[4] if len(args) > 4 else None)
+        if enabled_local_tensor_mode() is not None and factor not in (None, 1.0) and out[2] != ReduceOp.AVG:
+            raise RuntimeError(
+                f"local mode: FSDP gradient_divide_factor {factor} reduces with a scaled "
+                f"PREMUL_SUM, which LocalTensor cannot apply (use --mode fake)"
+            )
+        return out
+
+    p.set(local_c10d, "_local_reduce", _local_reduce)
+    p.set(_fsdp_collectives, "_get_gradient_divide_factors", _get_gradient_divide_factors)

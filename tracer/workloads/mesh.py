@@ -1,9 +1,12 @@
-"""One DeviceMesh for the whole job, with TorchTitan's dim names.
+"""The job's DeviceMeshes, built as TorchTitan 0.3 builds them (ParallelDims.build_mesh, with
+FSDP's dim named `fsdp`).
 
-Only dims with a degree above 1 exist (as in TorchTitan), except the FSDP dim, which exists
-whenever any data parallelism does. Expert parallel borrows ranks from dp_shard (TorchTitan's
-"dp2ep"): dp_shard splits into dp_shard_mod_ep x dp_shard_in_ep, flattened back into
-dp_shard_cp for the non-expert parameters.
+A 1-D "world" mesh is unflattened into the data-loading mesh (pp, batch, cp, tp), whose batch x
+cp flatten into "loss_mesh"; into the dense mesh (pp, dp_replicate, fsdp, tp); and into the
+sparse mesh (pp, dp_replicate, efsdp, ep), efsdp = fsdp * tp / ep. Every dim exists even at
+size 1 (TorchTitan creates them all; FSDP always runs on `fsdp`, at size 1 only to apply its
+mixed precision), so group creation reads like TorchTitan's. pp and tp come from the
+data-loading mesh, fsdp and dp_replicate from the dense one, ep and efsdp from the sparse one.
 """
 
 from __future__ import annotations
@@ -18,62 +21,48 @@ from tracer.config import JobConfig
 @dataclass(kw_only=True, slots=True)
 class Meshes:
     world: DeviceMesh
-    """The one mesh every other is a slice or flattening of."""
+    """The 1-D mesh every other is an unflattening of."""
+    dense: DeviceMesh
+    """(pp, dp_replicate, fsdp, tp): every dim, size 1 included."""
+    fsdp: DeviceMesh
+    """FSDP for non-expert parameters: `fsdp` (1-D), or (dp_replicate, fsdp) for HSDP."""
+    batch: DeviceMesh
+    """The data-parallel ranks (dp_replicate x fsdp): the global token count is summed over it."""
+    loss: DeviceMesh
+    """batch x cp flattened: logged losses are reduced over it."""
     pp: DeviceMesh | None = None
-    """Pipeline ranks."""
+    """Pipeline ranks (None when pp is 1)."""
     tp: DeviceMesh | None = None
-    """Tensor parallel ranks."""
-    fsdp: DeviceMesh | None = None
-    """FSDP for non-expert parameters: 1-D (FSDP) or 2-D (dp_replicate, shard) for HSDP."""
+    """Tensor parallel ranks (None when tp is 1)."""
     ep: DeviceMesh | None = None
-    """Expert parallel ranks."""
+    """Expert parallel ranks (None when ep is 1)."""
     expert_fsdp: DeviceMesh | None = None
-    """FSDP for expert parameters: what dp_shard leaves after expert parallel."""
+    """FSDP for expert parameters under expert parallel: efsdp, or (dp_replicate, efsdp)."""
+
+    @property
+    def dp_enabled(self) -> bool:
+        return self.batch.size() > 1
 
 
 def build(cfg: JobConfig) -> Meshes:
     p = cfg.parallelism
-    rep, shard, ep = p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.expert_parallel_degree
-    dims: list[tuple[str, int]] = []
-    if p.pipeline_parallel_degree > 1:
-        dims.append(("pp", p.pipeline_parallel_degree))
-    if rep > 1:
-        dims.append(("dp_replicate", rep))
-    has_dp = rep > 1 or shard > 1
-    if ep > 1:
-        dims += [("dp_shard_mod_ep", shard // ep), ("dp_shard_in_ep", ep)]
-    elif has_dp:
-        dims.append(("dp_shard", shard))
-    if p.tensor_parallel_degree > 1:
-        dims.append(("tp", p.tensor_parallel_degree))
-    if not dims:
-        dims.append(("dp_shard", 1))
-    names = tuple(n for n, _ in dims)
-    world = init_device_mesh("cpu", tuple(d for _, d in dims), mesh_dim_names=names)
-    m = Meshes(world=world)
-    if "pp" in names:
-        m.pp = world["pp"]
-    if "tp" in names:
-        m.tp = world["tp"]
+    pp, rep, shard = p.pipeline_parallel_degree, p.data_parallel_replicate_degree, p.data_parallel_shard_degree
+    tp, ep = p.tensor_parallel_degree, p.expert_parallel_degree
+    world = init_device_mesh("cpu", (cfg.world_size,), mesh_dim_names=("world",))
+    loading = world._unflatten(0, (pp, rep * shard, 1, tp), ("pp", "batch", "cp", "tp"))
+    loss = loading["batch", "cp"]._flatten("loss_mesh")
+    dense = world._unflatten(0, (pp, rep, shard, tp), ("pp", "dp_replicate", "fsdp", "tp"))
+    sparse = world._unflatten(0, (pp, rep, shard * tp // ep, ep), ("pp", "dp_replicate", "efsdp", "ep"))
     rep_dim = ("dp_replicate",) if rep > 1 else ()
+    m = Meshes(world=world, dense=dense, fsdp=dense[rep_dim + ("fsdp",)], batch=loading["batch"], loss=loss,
+               pp=loading["pp"] if pp > 1 else None, tp=loading["tp"] if tp > 1 else None)
     if ep > 1:
-        world[("dp_shard_mod_ep", "dp_shard_in_ep")]._flatten("dp_shard_cp")
-        m.fsdp = world[rep_dim + ("dp_shard_cp",)]
-        m.ep = world["dp_shard_in_ep"]
-        m.expert_fsdp = world[rep_dim + ("dp_shard_mod_ep",)]
-    elif has_dp:
-        m.fsdp = world[rep_dim + ("dp_shard",)]
+        m.ep = sparse["ep"]
+        m.expert_fsdp = sparse[rep_dim + ("efsdp",)]
     return m
 
 
 def dp_rank(m: Meshes):
     """This rank's data-parallel index (a per-rank value under LocalTensorMode): ranks that
     share it see the same batch."""
-    names = m.world.mesh_dim_names
-    index, size = 0, 1
-    for name in reversed(names):
-        if name in ("pp", "tp"):
-            continue
-        index = index + m.world.get_local_rank(name) * size
-        size *= m.world.size(names.index(name))
-    return index
+    return m.batch.get_local_rank()

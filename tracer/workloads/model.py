@@ -39,24 +39,39 @@ def apply_rotary(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     """x: (bs, seq, heads, head_dim); rotate interleaved pairs."""
     cos, sin = rope[0][: x.shape[1]][None, :, None, :], rope[1][: x.shape[1]][None, :, None, :]
     x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+    # computed in the tables' float32, returned in x's dtype (bf16 under mixed precision), as TorchTitan does
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2).type_as(x)
 
 
 class Attention(nn.Module):
+    """wq / wk / wv, or (fuse_qkv, TorchTitan 0.3's llama3) one wqkv whose output splits into
+    q, k and v in the ratio of their head counts. Under tensor parallel a colwise shard of wqkv
+    holds n_heads / tp + 2 kv_heads / tp heads' worth of rows: the same split, per rank (a
+    re-parameterisation of the unfused layer, whose collectives it issues one for three)."""
+
     def __init__(self, a: ModelArgs):
         super().__init__()
         self.head_dim = a.head_dim
-        self.wq = nn.Linear(a.dim, a.n_heads * a.head_dim, bias=False)
-        self.wk = nn.Linear(a.dim, a.kv_heads * a.head_dim, bias=False)
-        self.wv = nn.Linear(a.dim, a.kv_heads * a.head_dim, bias=False)
+        self.heads = (a.n_heads, a.kv_heads, a.kv_heads)
+        if a.fuse_qkv:
+            self.wqkv = nn.Linear(a.dim, sum(self.heads) * a.head_dim, bias=False)
+        else:
+            self.wq = nn.Linear(a.dim, a.n_heads * a.head_dim, bias=False)
+            self.wk = nn.Linear(a.dim, a.kv_heads * a.head_dim, bias=False)
+            self.wv = nn.Linear(a.dim, a.kv_heads * a.head_dim, bias=False)
         self.wo = nn.Linear(a.n_heads * a.head_dim, a.dim, bias=False)
+
+    def qkv(self, x):
+        if not hasattr(self, "wqkv"):
+            return self.wq(x), self.wk(x), self.wv(x)
+        out = self.wqkv(x)
+        unit = out.shape[-1] // sum(self.heads)  # head_dim / tp: the rows per head this rank holds
+        return out.split([h * unit for h in self.heads], dim=-1)
 
     def forward(self, x, rope):
         bs, seq, _ = x.shape
         # -1 heads: under tensor parallel each rank holds n_heads / tp of them
-        q = self.wq(x).view(bs, seq, -1, self.head_dim)
-        k = self.wk(x).view(bs, seq, -1, self.head_dim)
-        v = self.wv(x).view(bs, seq, -1, self.head_dim)
+        q, k, v = (t.reshape(bs, seq, -1, self.head_dim) for t in self.qkv(x))
         q, k = apply_rotary(q, rope), apply_rotary(k, rope)
         repeat = q.shape[2] // k.shape[2]  # grouped-query attention: share each kv head
         k, v = k.repeat_interleave(repeat, dim=2), v.repeat_interleave(repeat, dim=2)

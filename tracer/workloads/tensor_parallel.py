@@ -4,8 +4,9 @@ Colwise wq/wk/wv and w1/w3, rowwise wo and w2: one all-reduce-worth of communica
 attention and per feed-forward. With sequence parallel the norms and residual stream hold
 Shard(1) (a slice of the sequence), so each region starts with an all-gather of its input and
 ends with a reduce-scatter of its output instead of an all-reduce; the norms' weights stay
-replicated, so their gradients are all-reduced over tp. The output projection gathers the
-logits back to Replicate (no loss parallel: the loss stays a plain cross-entropy).
+replicated, so their gradients are all-reduced over tp. With loss parallel the output
+projection's logits stay sharded on the vocab dim (the loss reduces over tp itself, see
+loss.py); without it they are gathered back to Replicate.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                SequenceParallel, parallelize_module)
 
 
-def apply(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
+def apply(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool, loss_parallel: bool) -> None:
     """Parallelize `model` (a whole Transformer or one pipeline stage of it) in place."""
     seq = Shard(1) if sequence_parallel else Replicate()
     # src_data_rank=None: every rank built the same weights from the same seed, so each keeps
@@ -27,14 +28,13 @@ def apply(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> Non
         top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
     if model.norm is not None:
         top["norm"] = SequenceParallel() if sequence_parallel else None
-        top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+        top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1) if loss_parallel else Replicate())
     parallelize_module(model, tp_mesh, {k: v for k, v in top.items() if v is not None}, src_data_rank=None)
     for block in model.layers.values():
         plan = {
             "attention": PrepareModuleInput(input_layouts=(seq, None), desired_input_layouts=(Replicate(), None)),
-            "attention.wq": ColwiseParallel(),
-            "attention.wk": ColwiseParallel(),
-            "attention.wv": ColwiseParallel(),
+            **({"attention.wqkv": ColwiseParallel()} if hasattr(block.attention, "wqkv") else
+               {f"attention.{w}": ColwiseParallel() for w in ("wq", "wk", "wv")}),
             "attention.wo": RowwiseParallel(output_layouts=seq),
             "feed_forward": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
             "feed_forward.w1": ColwiseParallel(),

@@ -1,7 +1,9 @@
 """The reference training job of `tracer record CONFIG.toml` (entry `tracer.workloads.train:main`).
 
-Applies the parallelisms in TorchTitan's order on one DeviceMesh: pipeline split first, then
-tensor parallel, expert parallel, FSDP; then runs a few AdamW steps on synthetic tokens.
+Applies the parallelisms in TorchTitan's order on TorchTitan's meshes: pipeline split first, then
+tensor parallel, expert parallel, activation checkpointing, FSDP; then runs TorchTitan's train
+step on synthetic tokens: the global token count summed over the data-parallel ranks, forward
+and backward, gradient-norm clipping, AdamW, and on logging steps the loss reductions.
 
     python -m tracer.workloads.train --config examples/fsdp.toml    # under torchrun, for real
 """
@@ -13,10 +15,12 @@ import json
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+import torch.distributed._functional_collectives as funcol
 
 from tracer import config as config_mod
-from tracer.workloads import expert_parallel, fsdp, mesh as mesh_mod, pipeline_parallel, tensor_parallel
+from tracer.workloads import (activation_checkpoint, expert_parallel, fsdp, grad_norm, mesh as mesh_mod,
+                              pipeline_parallel, tensor_parallel)
+from tracer.workloads.loss import cross_entropy
 from tracer.workloads.model import Transformer
 
 
@@ -43,9 +47,41 @@ def batch(cfg: config_mod.JobConfig, dp_rank, step: int) -> tuple[torch.Tensor, 
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
+def parallelize(cfg: config_mod.JobConfig, meshes: mesh_mod.Meshes, chunk: torch.nn.Module) -> None:
+    """TorchTitan's order on one model chunk: tensor (+ expert) parallel, activation
+    checkpointing, FSDP."""
+    p, t, ac = cfg.parallelism, cfg.training, cfg.activation_checkpoint
+    if meshes.tp is not None:
+        tensor_parallel.apply(chunk, meshes.tp, p.enable_sequence_parallel, loss_parallel(cfg))
+    if meshes.ep is not None:
+        expert_parallel.apply(chunk, meshes.ep)
+    activation_checkpoint.apply(chunk, ac.mode, ac.selective_ac_option)
+    fsdp.apply(chunk, meshes.fsdp, policy=p.fsdp_reshard_after_forward, pp_enabled=meshes.pp is not None,
+               param_dtype=t.mixed_precision_param, reduce_dtype=t.mixed_precision_reduce,
+               expert_mesh=meshes.expert_fsdp)
+
+
+def loss_parallel(cfg: config_mod.JobConfig) -> bool:
+    return cfg.parallelism.tensor_parallel_degree > 1 and not cfg.parallelism.disable_loss_parallel
+
+
+def count(n: int) -> torch.Tensor:
+    """An int64 scalar made by a factory op, not torch.tensor(n): under fake compute a tensor
+    built from Python data is a constant that FakeTensorMode also runs for real, which would
+    issue its collective twice."""
+    return torch.full((), n, dtype=torch.int64)
+
+
+def log_metrics(meshes: mesh_mod.Meshes, loss: torch.Tensor, tokens: int) -> None:
+    """TorchTitan's logging step over the data-parallel ranks: loss sum, loss max, tokens seen."""
+    group = meshes.loss.get_group()
+    funcol.all_reduce(loss.detach().float(), "sum", group).wait()
+    funcol.all_reduce(loss.detach().float(), "max", group).wait()
+    funcol.all_reduce(count(tokens), "sum", group).wait()
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = read_config(argv)
-    p = cfg.parallelism
     dist.init_process_group("nccl")  # the recorder serves it with its fake backend
     meshes = mesh_mod.build(cfg)
     torch.manual_seed(0)
@@ -54,30 +90,30 @@ def main(argv: list[str] | None = None) -> None:
         chunks = pipeline_parallel.split(cfg, meshes.pp.get_local_rank())
     else:
         chunks = [(0, Transformer(cfg.model, cfg.training.seq_len))]
-    reshard = fsdp.reshard_policy(p.fsdp_reshard_after_forward, pp_enabled)
     for _, chunk in chunks:
-        if meshes.tp is not None:
-            tensor_parallel.apply(chunk, meshes.tp, p.enable_sequence_parallel)
-        if meshes.ep is not None:
-            expert_parallel.apply(chunk, meshes.ep)
-        if meshes.fsdp is not None:
-            fsdp.apply(chunk, meshes.fsdp, reshard=reshard, last_reshard=p.fsdp_reshard_after_forward in
-                       ("always", True), expert_mesh=meshes.expert_fsdp)
+        parallelize(cfg, meshes, chunk)
+    tp_group = meshes.tp.get_group() if loss_parallel(cfg) else None
     params = [q for _, chunk in chunks for q in chunk.parameters()]
     opt = torch.optim.AdamW(params, lr=cfg.optimizer.lr)
     if pp_enabled:
-        schedule, stages = pipeline_parallel.build_schedule(cfg, chunks, meshes.pp)
+        schedule, stages = pipeline_parallel.build_schedule(cfg, chunks, meshes.pp, tp_group)
     dp_rank = mesh_mod.dp_rank(meshes)
+    seen = 0
     for step in range(cfg.training.steps):
         tokens, labels = batch(cfg, dp_rank, step)
+        seen += labels.numel()
+        if meshes.dp_enabled:  # the loss is normalised by the global token count
+            funcol.all_reduce(count(labels.numel()), "sum", meshes.batch.get_group()).wait()
         if pp_enabled:
-            pipeline_parallel.step(schedule, stages, tokens, labels, cfg.n_stages)
+            loss = pipeline_parallel.step(schedule, stages, tokens, labels, cfg.n_stages)
         else:
-            model = chunks[0][1]
-            logits = model(tokens)
-            F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1)).backward()
+            loss = cross_entropy(chunks[0][1](tokens), labels, tp_group, cfg.model.vocab_size)
+            loss.backward()
+        grad_norm.clip_(params, cfg.training.max_norm, meshes.pp, meshes.ep is not None)
         opt.step()
         opt.zero_grad()
+        if meshes.dp_enabled and (step == 0 or (step + 1) % cfg.metrics.log_freq == 0):  # TorchTitan counts from 1
+            log_metrics(meshes, loss, seen)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""The training loss, as TorchTitan 0.3 computes it (torchtitan/components/loss.py).
+
+With tensor parallel and loss parallel on (TorchTitan's default; `disable_loss_parallel` turns
+it off) the logits stay sharded on the vocab dim: no all-gather of the full logits. The
+cross-entropy then takes three tp all-reduces in forward (the row max, the sum of exps, the
+target's log-probability, each one float per token) and none in backward (the gradient is
+local to the shard): TorchTitan's _LossParallelCrossEntropy.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+import torch.nn.functional as F
+
+
+class LossParallelCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of (tokens, vocab / tp) logit shards; labels are global ids."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup, vocab: int):
+        size, rank = dist.get_world_size(group), dist.get_rank(group)
+        chunk = (vocab + size - 1) // size
+        start = min(vocab, chunk * rank)
+        local_max = funcol.all_reduce(logits.amax(-1, keepdim=True), reduceOp="max", group=group)
+        shifted = logits - local_max
+        sumexp = funcol.all_reduce(shifted.exp().sum(-1, keepdim=True), reduceOp="sum", group=group)
+        log_probs = shifted - sumexp.log()
+        outside = (labels < start) | (labels >= start + logits.shape[-1])
+        local_labels = torch.where(outside, 0, labels - start)
+        picked = torch.where(outside.unsqueeze(-1), 0.0, log_probs.gather(-1, local_labels.unsqueeze(-1)))
+        picked = funcol.all_reduce(picked, reduceOp="sum", group=group)
+        ctx.save_for_backward(log_probs, local_labels, outside)
+        return -picked.sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        log_probs, local_labels, outside = ctx.saved_tensors
+        g = log_probs.exp()
+        onehot = F.one_hot(local_labels, g.shape[-1]).to(g.dtype) * (~outside).unsqueeze(-1).to(g.dtype)
+        return (g - onehot) * grad, None, None, None
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, tp_group: dist.ProcessGroup | None,
+                  vocab: int) -> torch.Tensor:
+    """Mean cross-entropy over tokens; `tp_group` set: `logits` hold this rank's vocab shard."""
+    flat, target = logits.flatten(0, 1).float(), labels.flatten(0, 1)
+    if tp_group is None:
+        return F.cross_entropy(flat, target)
+    return LossParallelCrossEntropy.apply(flat, target, tp_group, vocab) / target.numel()
