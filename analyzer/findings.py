@@ -8,20 +8,6 @@ from typing import Any
 
 from traceformat.ranks import ranks_text  # noqa: F401  (culprits are printed with it everywhere)
 
-KINDS = (
-    "op_mismatch",
-    "shape_mismatch",
-    "dtype_mismatch",
-    "reduce_op_mismatch",
-    "root_mismatch",
-    "split_mismatch",
-    "missing_collective",
-    "unmatched_p2p",
-    "p2p_mismatch",
-    "group_mismatch",
-    "deadlock_cycle",
-)
-
 
 @dataclass
 class Finding:

@@ -25,7 +25,6 @@ from analyzer.findings import ranks_text
 from traceformat import codec
 from traceformat import format as fmt
 
-_POLARS = {"<i4": pl.Int32, "<i8": pl.Int64, "u1": pl.UInt8, "<f8": pl.Float64}
 STRING_COLUMNS = ("op", "dtype", "reduce_op", "module", "phase", "frame")
 
 

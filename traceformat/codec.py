@@ -9,7 +9,7 @@ code plus those four columns -- each column packed by the cheapest of:
     ["c", v]                          every value is v
     ["f", base, width, bin]           frame of reference: v = base + u<width>[i]
     ["d", first, base, width, bin]    delta: v[0] = first, v[i] - v[i-1] = base + u<width>[i-1]
-    ["r", values, lengths]            runs: values and run lengths, each packed again (no "r")
+    ["r", k, values, lengths]         k runs: values and run lengths, each packed again (no "r")
 
 Decoding is a handful of numpy calls per block, never a Python loop per event.
 """

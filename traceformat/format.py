@@ -285,4 +285,3 @@ COLLECTIVE_OPS = frozenset(
 )
 P2P_OPS = frozenset({"send", "recv"})
 GROUP_OPS = frozenset({"init_process_group", "new_group", "split_group"})
-OTHER_OPS = frozenset({"wait", "mesh", "redistribute"})

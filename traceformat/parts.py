@@ -23,6 +23,7 @@ from traceformat.format import (
     default_row,
 )
 from traceformat.reader import read_header, read_trace
+from traceformat.workers import chunksize, cpu_count, pool
 
 
 class _Tables:
@@ -131,17 +132,14 @@ def read_many(paths: list[str], workers: int | None = None) -> list[TraceData]:
     decode in Python, one core each). Errors surface as the TraceFormatError of the first bad
     part, as a sequential read would give."""
     if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        workers = cpu_count()
     if workers < 2 or len(paths) < PARALLEL_FROM:
         return [read_trace(p) for p in paths]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    # forkserver: the analyzer may hold polars' thread pool, which a plain fork can deadlock
     try:
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("forkserver")) as pool:
-            return list(pool.map(_read_detached, paths, chunksize=max(1, len(paths) // (4 * workers))))
+        with pool(workers) as p:
+            return list(p.map(_read_detached, paths, chunksize=chunksize(len(paths), workers)))
     except BrokenProcessPool:  # workers could not start (e.g. a __main__ read from stdin)
         return [read_trace(p) for p in paths]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from traceformat import parts as trace_parts
 from traceformat.ranks import ranks_text
+from traceformat.workers import cpu_count
 from tracer import executors
 from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
@@ -74,7 +75,7 @@ def record(
     parts_dir = out + ".parts"
     shutil.rmtree(parts_dir, ignore_errors=True)
     os.makedirs(parts_dir)
-    workers = jobs or os.cpu_count() or 1
+    workers = jobs or cpu_count()
     common = dict(
         program=program,
         mode=mode,
@@ -168,7 +169,7 @@ def collect_parts(inputs: list[str]) -> list[str]:
 
 def _threads(workers: int, n_jobs: int) -> int:
     """torch threads per job: the cores shared among the jobs that run at once."""
-    return max(1, (os.cpu_count() or 1) // max(1, min(workers, n_jobs)))
+    return max(1, cpu_count() // max(1, min(workers, n_jobs)))
 
 
 def _note_fallback(result: RecordResult, jobs: list[Job]) -> None:

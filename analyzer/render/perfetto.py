@@ -35,7 +35,6 @@ REAL_FILL = 0.9
 LOCAL_TID = 1
 """Track of a rank's events without a process group; group gid g is track g + 2 (tid 0 is
 special to Perfetto, as pid 0 is)."""
-TIMES = ("auto", "logical", "real")
 ARG_COLUMNS = (
     "rank",
     "idx",

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 
+from traceformat.workers import context
 from tracer.executors import Progress, log_path
 from tracer.modes.run import Job
 
@@ -55,8 +56,7 @@ def _child(job: Job, log: str) -> None:
 
 def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress | None = None) -> list:
     """Run every job in its own process, `workers` at a time; outcome per job (see __init__)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
+    ctx = context(_PRELOAD)
     codes: list = [None] * len(jobs)
     running: dict[int, tuple] = {}
     pending = list(range(len(jobs)))

@@ -120,7 +120,6 @@ ITEMSIZE = {
     "uint32": 4,
     "uint64": 8,
 }
-STATES = ("scheduled", "started", "completed")
 
 
 def dtype_name(fr: str | None) -> str | None:

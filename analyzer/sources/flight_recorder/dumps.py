@@ -24,10 +24,8 @@ is numpy over whole columns.
 from __future__ import annotations
 
 import gc
-import multiprocessing as mp
 import os
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import polars as pl
@@ -38,6 +36,7 @@ from analyzer.sources.flight_recorder.rank import RankDump, read_rank
 from analyzer.sources.flight_recorder.read import dump_files
 from analyzer.trace import LoadError, Trace, from_data
 from traceformat import format as fmt
+from traceformat.workers import chunksize, cpu_count, pool
 
 __all__ = ["load_dumps"]
 
@@ -72,18 +71,17 @@ PARALLEL_FROM = 32  # dumps; below that a worker pool costs more than it saves
 
 def _workers(n_files: int) -> int:
     """Worker processes worth starting: on 2-3 CPUs (often shared) the pool measured slower."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = cpu_count()
     return min(cpus, n_files // 8) if cpus >= 4 else 1
 
 
 def _read_all(files: list) -> list[RankDump]:
     """read_rank over the files, on several cores when there are many (unpickling dominates)."""
     workers = _workers(len(files))
-    if len(files) < PARALLEL_FROM or workers < 2 or "fork" not in mp.get_all_start_methods():
+    if len(files) < PARALLEL_FROM or workers < 2:
         return [read_rank(f) for f in files]
-    # fork: the workers need nothing but this module's functions; they never touch polars
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-        return list(pool.map(read_rank, files, chunksize=max(1, len(files) // (workers * 4))))
+    with pool(workers) as p:
+        return list(p.map(read_rank, files, chunksize=chunksize(len(files), workers)))
 
 
 def load_dumps(path: str | os.PathLike) -> Trace:
