@@ -237,7 +237,7 @@ def pipeline_hang(work: str, quick: bool) -> None:
     r = run("analyzer", "hang", path, "--json")
     cycles = [f for f in _out(r).get("findings", []) if f["kind"] == "deadlock_cycle"]
     edge = [swap, swap + dp * tp]
-    ok = len(cycles) == 1 and cycles[0]["ranks"] == edge and cycles[0]["extra"].get("p2p_edges") == [edge]
+    ok = len(cycles) == 1 and cycles[0]["ranks"] == edge and cycles[0].get("p2p_edges") == [edge]
     row(
         f"analyzer hang, 1F1B with a send/recv swap on rank {swap} ({pp * dp * tp:,} ranks x {events:,} events)",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
