@@ -242,7 +242,7 @@ def pipeline_hang(work: str, quick: bool) -> None:
         f"analyzer hang, 1F1B with a send/recv swap on rank {swap} ({pp * dp * tp:,} ranks x {events:,} events)",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 45 s, <= 12 GiB, one deadlock_cycle",
-        f"cycles: {[(c['ranks'], c['extra'].get('p2p_edges')) for c in cycles]}; " + _roots(r),
+        f"cycles: {[(c['ranks'], c.get('p2p_edges')) for c in cycles]}; " + _roots(r),
         ok and fits(r, 45),
     )
     os.remove(path)
