@@ -5,7 +5,8 @@ executor (tracer/executors: the local process pool, or Ray) runs them, at most `
 time. Each process streams its ranks' events into `OUT.parts/rank_NNNNN.part` (one write per
 event), so a crash, a hang or a SIGKILL keeps everything recorded so far; `merge` joins the
 parts afterwards. Ranks that fake compute could not record (they read a tensor value) are
-recorded again with real compute.
+recorded again with real compute. Ranks exchange the values of object collectives through
+a channel folder in the parts folder (tracer/capture/channel.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from traceformat import parts as trace_parts
 from traceformat.ranks import ranks_text
 from traceformat.workers import cpu_count
 from tracer import executors
+from tracer.capture import channel
 from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
 
@@ -84,6 +86,7 @@ def record(
         config=dict(config or {}, program=program.label, args=program.args, ranks=ranks),
         root=os.getcwd(),
         threads=_threads(workers, len(ranks) if mode == "fake" else 1),
+        timeout=timeout,
     )
     if mode == "fake":
         todo = [Job(ranks=[r], compute=compute, **common) for r in ranks]
@@ -102,6 +105,7 @@ def record(
     again = [i for i, code in enumerate(outcomes) if code == NEEDS_REAL_COMPUTE]
     if again:  # fake compute met a tensor value: those ranks again, computing for real
         _note_fallback(result, [todo[i] for i in again])
+        channel.forget_done(channel.channel_dir(parts_dir), [r for i in again for r in todo[i].ranks])
         redo = [Job(ranks=todo[i].ranks, compute="real", **common) for i in again]
         for i, job, code in zip(again, redo, run(redo)):
             todo[i], outcomes[i] = job, code
@@ -124,6 +128,7 @@ def record(
             why = end["error"] if end and end["status"] == "error" else _exit_reason(code, timeout)
             result.errors[r] = f"rank {r}: {why} (log: {executors.log_path(job)})"
     result.seconds = time.perf_counter() - start
+    shutil.rmtree(channel.channel_dir(parts_dir), ignore_errors=True)
     for p in present:
         os.remove(p)
     if not result.errors:

@@ -20,6 +20,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from tracer.capture import channel, exchange
 from tracer.capture.recorder import Call, Recorder
 
 BACKEND = "commtrace"
@@ -58,16 +59,21 @@ class RecordingWork(dist.Work):
         async_op: bool,
         keep: set | None = None,
         outputs: list | None = None,
+        on_wait=None,
     ):
         super().__init__()
         self._recorder = recorder
         self._indices = indices if async_op else {}
         self._keep = keep
         self._outputs = list(outputs or [])
+        self._on_wait = on_wait  # a carried recv takes its message here (channel.py)
         if keep is not None:
             keep.add(self)
 
     def wait(self, timeout=None) -> bool:
+        if self._on_wait is not None:
+            on_wait, self._on_wait = self._on_wait, None
+            on_wait()
         if self._indices:
             self._recorder.waited(self._indices)
             self._indices = {}
@@ -163,6 +169,10 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def _go(self, call: Call) -> RecordingWork:
         rec = RecordingProcessGroup.recorder
         indices = rec.record(call) if rec is not None else {}
+        if rec is not None and call.op in exchange.CARRIED and channel.carrying():
+            g = rec.group_ref(self)  # an object collective's tensors: really exchanged
+            done = exchange.exchange(channel.Channel.current, call, g.name, g.ranks)
+            return RecordingWork(rec, indices, call.async_op, outputs=call.outputs or call.inputs, on_wait=done)
         _mirror(call, self.rank(), self.size())  # only fake mode uses this group (see patches)
         outs = call.outputs if call.outputs or call.op == "barrier" else call.inputs
         return RecordingWork(rec, indices, call.async_op, outputs=outs)

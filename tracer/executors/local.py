@@ -16,6 +16,7 @@ import sys
 import time
 
 from traceformat.workers import context
+from tracer.capture.channel import blocked_ranks, channel_dir
 from tracer.executors import Progress, log_path
 from tracer.modes.run import Job
 
@@ -60,9 +61,20 @@ def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress |
     codes: list = [None] * len(jobs)
     running: dict[int, tuple] = {}
     pending = list(range(len(jobs)))
+    folder = channel_dir(jobs[0].parts_dir) if jobs else ""
+    last = time.monotonic()
     try:
         while pending or running:
-            while pending and len(running) < workers:
+            # a rank waiting for a peer's object (channel.py) gives its core to the next rank
+            # (the peer it waits on may not have started yet), and its waiting time does not
+            # count towards --timeout: it times out itself, naming whom it waits for
+            blocked = blocked_ranks(folder) if pending or timeout else set()
+            waiting = {i for i in running if jobs[i].ranks[0] in blocked and len(jobs[i].ranks) == 1}
+            now = time.monotonic()
+            for i in waiting:
+                running[i] = (running[i][0], running[i][1] + now - last)
+            last = now
+            while pending and len(running) - len(waiting) < workers:
                 i = pending.pop(0)
                 proc = ctx.Process(target=_child, args=(jobs[i], log_path(jobs[i])), daemon=True)
                 proc.start()
@@ -72,7 +84,7 @@ def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress |
                 if not proc.is_alive():
                     proc.join()
                     codes[i] = proc.exitcode
-                elif timeout and time.monotonic() - started > timeout:
+                elif timeout and time.monotonic() - started > timeout and i not in waiting:
                     proc.kill()
                     proc.join()
                     codes[i] = "timeout"

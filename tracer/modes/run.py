@@ -34,6 +34,9 @@ class Job:
     compute: str = "real"
     """"real": tensor math runs; "fake": under FakeTensorMode (shapes only, see
     capture/fake_compute.py). fake mode only."""
+    timeout: float | None = None
+    """Seconds a rank waits for a peer's object before it fails (fake mode; None: as long as
+    the peer runs)."""
     threads: int = 0
     """torch intra-op threads for this process (0: torch's default, one per core). Ranks
     recorded side by side get a share of the cores each: oversubscribed OpenMP threads spin
@@ -87,6 +90,7 @@ def run_job(job: Job) -> int:
     )
     p = patches.Patcher()
     status, error, code = "ok", None, 3
+    ch = None
     try:
         patches.install(p, rec, rank=pg_rank, world_size=job.world_size)
         ddp.install(p)
@@ -101,6 +105,11 @@ def run_job(job: Job) -> int:
             with LocalTensorMode(job.world_size):
                 job.program.run()
         else:
+            from tracer.capture import object_collectives
+            from tracer.capture.channel import Channel, channel_dir
+
+            ch = Channel.current = Channel(channel_dir(job.parts_dir), pg_rank, job.timeout)
+            object_collectives.install(p)
             fake = contextlib.nullcontext()
             if job.compute == "fake":
                 from tracer.capture import fake_compute
@@ -115,15 +124,25 @@ def run_job(job: Job) -> int:
             status, error = "error", f"the program exited with status {e.code}"
             traceback.print_exc()
     except BaseException as e:  # the program's own failure: recorded, reported as one line,
+        from tracer.capture.channel import PeerRecordedAgain
+
         status, error = "error", one_line_error(e, rec)  # its traceback in the rank's log
         traceback.print_exc()
-        if job.compute == "fake":
+        if isinstance(e, PeerRecordedAgain):  # its sender is recorded again: so is this rank
+            status, error = "error", f"needs real compute: {e}"
+            code = NEEDS_REAL_COMPUTE
+        elif job.compute == "fake":
             from tracer.capture import fake_compute
 
             if fake_compute.is_data_dependent(e):
                 status, error = "error", f"needs real compute: {error}"
                 code = NEEDS_REAL_COMPUTE
     finally:
+        if ch is not None:
+            from tracer.capture.channel import NEEDS_REAL
+
+            ch.finished(NEEDS_REAL if code == NEEDS_REAL_COMPUTE else "")
+            Channel.current = None
         try:
             rec.attribution.uninstall()
         except Exception:

@@ -1,0 +1,141 @@
+"""A real channel between the rank processes of one fake-mode recording.
+
+Tensor collectives and p2p in fake mode deliver mirrored data (process_group.py): nothing
+crosses between ranks. That is wrong where a program's control flow depends on what a peer
+sent: object collectives (a broadcast config or seed, pipelining's shape metadata) and
+pipelining's static-shape vote. While such a call runs (`carrying()`), the recording process
+group really exchanges the tensors it is given through this channel, so the receiving rank
+computes on what the sender sent; every call is still recorded exactly as torch issued it.
+
+The channel is a folder of message files in the recording's parts folder (shared storage is
+all it needs: the local executor, Ray on a shared filesystem). A message is written to a
+temporary name and renamed, so a reader never sees half of one. Keys are deterministic
+(group, sender, receiver, per-pair count), and messages are never consumed: a rank recorded
+again (fake compute falling back to real) reads the same messages and rewrites its own
+identically. `tracer record` removes the folder afterwards.
+
+A rank waiting for a message marks itself blocked (`blocked/RANK`), so the executor may start
+more ranks than it has cores (a pipeline's last stage waits on the first); it fails in one line
+naming both ranks when the sender finished without sending (`done/RANK`) or after `timeout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+
+_tls = threading.local()
+NEEDS_REAL = "needs real compute"
+"""The `done` marker of a rank that stopped to be recorded again with real compute."""
+
+
+class ChannelError(RuntimeError):
+    """A message that will not come (one-line message naming both ranks)."""
+
+
+class PeerRecordedAgain(ChannelError):
+    """The sender stopped for a re-run with real compute: this rank is re-run with it."""
+
+
+def channel_dir(parts_dir: str) -> str:
+    return os.path.join(parts_dir, "channel")
+
+
+@contextlib.contextmanager
+def carry():
+    """Tensors exchanged inside travel for real (see the module docstring)."""
+    depth = getattr(_tls, "carry", 0)
+    _tls.carry = depth + 1
+    try:
+        yield
+    finally:
+        _tls.carry = depth
+
+
+def carrying() -> bool:
+    return getattr(_tls, "carry", 0) > 0 and Channel.current is not None
+
+
+class Channel:
+    """This rank's end of the channel."""
+
+    current: Channel | None = None  # set by run_job in fake mode
+
+    def __init__(self, folder: str, rank: int, timeout: float | None = None):
+        self.folder = folder
+        self.rank = rank
+        self.timeout = timeout
+        for sub in ("msg", "blocked", "done"):
+            os.makedirs(os.path.join(folder, sub), exist_ok=True)
+        self._counts: dict[tuple, int] = {}
+
+    def next_id(self, key: tuple) -> int:
+        """The per-key count of messages (both ends count the same calls)."""
+        n = self._counts.get(key, 0)
+        self._counts[key] = n + 1
+        return n
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.folder, "msg", name)
+
+    def post(self, name: str, data: bytes) -> None:
+        path = self._path(name)
+        tmp = f"{path}.tmp{self.rank}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def take(self, name: str, sender: int, what: str) -> bytes:
+        """The message `name` from global rank `sender`, waiting for it (see module docstring)."""
+        path = self._path(name)
+        if os.path.exists(path):
+            return _read(path)
+        marker = os.path.join(self.folder, "blocked", str(self.rank))
+        open(marker, "w").close()
+        start = time.monotonic()
+        delay = 0.0005
+        try:
+            while not os.path.exists(path):
+                waited = time.monotonic() - start
+                done = os.path.join(self.folder, "done", str(sender))
+                if os.path.exists(done) and not os.path.exists(path):
+                    if _read(done).decode() == NEEDS_REAL:
+                        raise PeerRecordedAgain(f"rank {sender} is recorded again with real compute")
+                    raise ChannelError(f"rank {self.rank} waits for {what} from rank {sender}, "
+                                      f"which finished without sending it")
+                if self.timeout and waited > self.timeout:
+                    raise ChannelError(f"rank {self.rank} waited {self.timeout:g} s for {what} from rank {sender}, "
+                                      f"which never sent it (--timeout)")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(marker)
+        return _read(path)
+
+    def finished(self, status: str = "") -> None:
+        """This rank will send nothing more: peers waiting on it fail at once."""
+        with open(os.path.join(self.folder, "done", str(self.rank)), "w") as f:
+            f.write(status)
+
+
+def forget_done(folder: str, ranks: list[int]) -> None:
+    """Ranks about to be recorded again will send again."""
+    for r in ranks:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(folder, "done", str(r)))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def blocked_ranks(folder: str) -> set[int]:
+    """Ranks waiting in `take` right now (for the executor)."""
+    try:
+        return {int(n) for n in os.listdir(os.path.join(folder, "blocked")) if n.isdigit()}
+    except OSError:
+        return set()
