@@ -24,10 +24,9 @@ COMM = {
 }
 
 
-def expected_collectives(rank: int, mode: str = "fake") -> list[tuple]:
-    """In local mode every rank runs rank 0's Python: scatter_list is None there (SPMD caveat)."""
+def expected_collectives(rank: int) -> list[tuple]:
     f32, world = "float32", "world"
-    scatter_root = rank == 3 and mode == "fake"
+    scatter_root = rank == 3
     return [
         ("all_reduce", world, 0, -1, f32, [[8]], [[8]], "sum", 0),
         ("all_reduce", world, 1, -1, f32, [[8]], [[8]], "max", 1),
@@ -47,8 +46,8 @@ def expected_collectives(rank: int, mode: str = "fake") -> list[tuple]:
     ]
 
 
-@pytest.mark.parametrize("mode", ["fake", "local"])
-def test_every_collective_on_every_rank(recorded, mode):
+def test_every_collective_on_every_rank(recorded):
+    mode = "fake"
     path, res = recorded("collectives", 4, mode)
     assert res.errors == {}
     t = load(path)
@@ -57,7 +56,7 @@ def test_every_collective_on_every_rank(recorded, mode):
         events = stream(t, rank)
         assert events[0]["op"] == "init_process_group" and events[0]["group"] == ("world", (0, 1, 2, 3))
         comm = [e for e in events if e["op"] in COMM]
-        assert [sig(e) for e in comm] == expected_collectives(rank, mode)
+        assert [sig(e) for e in comm] == expected_collectives(rank)
         a2a = [e for e in comm if e["op"] == "all_to_all_single"]
         assert a2a[0]["splits"] == [[2, 2, 2, 2], [2, 2, 2, 2]]
         assert a2a[1]["splits"] == [[3, 3, 3, 3], [3, 3, 3, 3]]
@@ -104,8 +103,22 @@ def test_p2p_ring_fake_mode(recorded):
 def test_p2p_refused_in_local_mode(recorded):
     path, res = recorded("p2p", 4, "local")
     assert set(res.errors) == {0, 1, 2, 3}
-    assert "p2p send/recv cannot be simulated in local mode" in res.errors[0]
+    # its peers are computed from its rank: refused where the rank first steers it
+    assert "depends on its rank (dist.get_rank() at tests/programs/p2p.py:6, used at tests/programs/p2p.py:9)" \
+        in res.errors[0]
     assert "--mode fake" in res.errors[0]
+
+
+def test_rank_dependent_arguments_refused_in_local_mode(recorded):
+    """collectives.py passes gather_list / scatter_list on the root only (`if rank == 0`): local
+    mode would give every rank rank 0's side, so it refuses, naming the read and the use."""
+    path, res = recorded("collectives", 4, "local")
+    assert set(res.errors) == {0, 1, 2, 3}
+    assert ("depends on its rank (dist.get_rank() at tests/programs/collectives.py:6, used at "
+            "tests/programs/collectives.py:15)") in res.errors[0]
+    assert "--mode fake" in res.errors[0]
+    t = load(path)  # what ran before the refusal is kept
+    assert [e["op"] for e in stream(t, 2)][-1] == "broadcast"
 
 
 def test_rank_dependent_branch_only_on_that_rank(recorded):

@@ -97,10 +97,11 @@ def run_job(job: Job) -> int:
         if job.mode == "local":
             from torch.distributed._local_tensor import LocalTensorMode
 
-            from tracer.capture import fsdp_local, local_ops
+            from tracer.capture import fsdp_local, local_ops, rank_reads
 
             local_ops.install(p, rec)
             fsdp_local.install(p)
+            rank_reads.install(p, rec)
             rec.attribution.install()
             with LocalTensorMode(job.world_size):
                 job.program.run()
@@ -167,7 +168,15 @@ def one_line_error(e: BaseException, rec) -> str:
             where = code_where.format(fs.lineno)
             break
     text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    if isinstance(e, AssertionError) and PER_RANK_PYTHON_VALUE in msg:  # LocalTensor's own words
+        text = ("a Python number read from a tensor whose value differs across ranks (float(loss), .item(), "
+                ".tolist()): local mode runs one Python for every rank, so it cannot hold one value per rank; "
+                "reduce it first (dist.all_reduce) or record with --mode fake")
     return f"{text} ({where})" if where else text
+
+
+PER_RANK_PYTHON_VALUE = "rank results must be equal for all ranks"
+"""What LocalTensorMode raises when a per-rank tensor value becomes one Python value."""
 
 
 class _Code:

@@ -1,0 +1,163 @@
+"""Honest local mode: a program that uses its rank is refused where it uses it.
+
+LocalTensorMode runs one Python for every simulated rank, with rank 0's answers to "who am I"
+(`dist.get_rank()`, `group.rank()`, `$RANK` / `$LOCAL_RANK`). A branch on that answer (`if rank == 0:` an extra
+collective) would silently be recorded as rank 0's path on every rank. So when the program's
+own code asks, it gets a `RankValue`: rank 0's number, which prints and does arithmetic like
+one, but raises `RankDependent` when the program compares, branches, hashes or indexes with
+it, naming where the rank was read and where it was used, and pointing at `--mode fake`
+(a process per rank: real per-rank control flow). Torch's own calls get plain ints.
+
+`DeviceMesh.get_rank()` / `get_local_rank()` / `get_coordinate()` are LocalTensor's own
+per-rank integers (a value per simulated rank): tensor math on them is per rank, as it should.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import torch.distributed as dist
+
+from tracer.capture.patches import Patcher
+from tracer.capture.recorder import RecordError
+
+RANK_ENV = ("RANK", "LOCAL_RANK", "ROLE_RANK")
+"""torchrun variables whose value differs per rank."""
+
+
+class RankDependent(RecordError):
+    """The program used its rank in local mode (one-line message)."""
+
+
+def _site(depth: int) -> str:
+    f = sys._getframe(depth + 1)
+    path = f.f_code.co_filename
+    rel = os.path.relpath(path)
+    return f"{path if rel.startswith('..' + os.sep + '..') else rel}:{f.f_lineno}"
+
+
+class RankValue(int):
+    """Rank 0's rank, remembering where it was read (see module docstring)."""
+
+    read: str
+
+    def __new__(cls, value: int, read: str):
+        self = super().__new__(cls, value)
+        self.read = read
+        return self
+
+    def _refuse(self, *args, **kwargs):
+        raise RankDependent(f"the program's behaviour depends on its rank ({self.read}, used at {_site(1)}): local mode runs every rank "
+                            f"through rank 0's Python and would record rank 0's path for all; "
+                            f"record it with --mode fake")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __index__ = _refuse
+    __float__ = __complex__ = __round__ = _refuse
+
+    def _arith(name):  # noqa: N805 - builds the arithmetic methods
+        op = getattr(int, name)
+
+        def method(self, *args):
+            out = op(self, *args)
+            return RankValue(out, self.read) if isinstance(out, int) and out is not NotImplemented else out
+
+        return method
+
+    for _n in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+               "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__pos__", "__abs__", "__xor__", "__rxor__",
+               "__and__", "__rand__", "__or__", "__ror__", "__lshift__", "__rshift__"):
+        locals()[_n] = _arith(_n)
+    del _n, _arith
+
+    def __int__(self):
+        return self
+
+    def __reduce__(self):  # pickled (an object collective): the read travels with it
+        return (RankValue, (int(super().__int__()), self.read))
+
+    def __repr__(self):
+        return int.__repr__(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return int.__format__(int.__int__(self), spec)
+
+
+class RankText(str):
+    """`$RANK` as read by the program. `int()` of it is refused: CPython turns whatever
+    `__int__` returns into a plain int, so its later uses cannot be followed (dist.get_rank()
+    can: its uses are checked one by one)."""
+
+    read: str
+
+    def __new__(cls, value: str, read: str):
+        self = super().__new__(cls, value)
+        self.read = read
+        return self
+
+    def __int__(self):
+        raise RankDependent(f"the program reads its rank ({self.read}) as a number: local mode runs every rank "
+                            f"through rank 0's Python and cannot follow where it is used (dist.get_rank() "
+                            f"can); record it with --mode fake")
+
+
+_OS_FILE = os.__file__
+
+
+def _user_caller(rec, depth: int) -> int:
+    """How many frames up the program's own code asked (skipping os.getenv); 0: torch asked."""
+    f = sys._getframe(depth + 1)
+    up = depth
+    while f is not None and f.f_code.co_filename == _OS_FILE:
+        f, up = f.f_back, up + 1
+    if f is None:
+        return 0
+    known = _USER.get(f.f_code)
+    if known is None:
+        known = _USER[f.f_code] = rec.attribution._describe(f.f_code) is not None
+    return up if known else 0
+
+
+_USER: dict = {}
+
+
+def install(p: Patcher, rec) -> None:
+    """Local mode: the program's own rank reads answer RankValues."""
+    def wrap(owner, name: str, label: str):
+        orig = getattr(owner, name)
+
+        @functools.wraps(orig)
+        def read(*args, **kwargs):
+            out = orig(*args, **kwargs)
+            up = _user_caller(rec, 1)
+            if up and isinstance(out, int) and not isinstance(out, RankValue):
+                return RankValue(out, f"{label} at {_site(up)}")
+            return out
+
+        p.set(owner, name, read)
+        return read
+
+    orig = dist.get_rank
+    p.everywhere(orig, wrap(dist.distributed_c10d, "get_rank", "dist.get_rank()"))
+    wrap(dist.ProcessGroup, "rank", "group.rank()")
+
+    environ = os.environ
+    base = type(environ)
+
+    class RankEnviron(base):
+        def __getitem__(self, key):
+            value = base.__getitem__(self, key)
+            up = _user_caller(rec, 1) if key in RANK_ENV else 0
+            return RankText(value, f"${key} at {_site(up)}") if up else value
+
+        def get(self, key, default=None):
+            if key not in self:
+                return default
+            value = base.__getitem__(self, key)
+            up = _user_caller(rec, 1) if key in RANK_ENV else 0
+            return RankText(value, f"${key} at {_site(up)}") if up else value
+
+    p.set(environ, "__class__", RankEnviron)
