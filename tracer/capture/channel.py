@@ -44,14 +44,22 @@ def channel_dir(parts_dir: str) -> str:
 
 
 @contextlib.contextmanager
-def carry():
-    """Tensors exchanged inside travel for real (see the module docstring)."""
+def carry(label: str):
+    """Tensors exchanged inside travel for real (see the module docstring); `label` names the
+    call in errors (e.g. "recv_object_list")."""
     depth = getattr(_tls, "carry", 0)
+    outer = getattr(_tls, "label", "")
     _tls.carry = depth + 1
+    _tls.label = outer or label
     try:
         yield
     finally:
-        _tls.carry = depth
+        _tls.carry, _tls.label = depth, outer
+
+
+def label() -> str:
+    """The outermost carried call running now."""
+    return getattr(_tls, "label", "") or "a message"
 
 
 def carrying() -> bool:

@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from tracer.capture import channel
 from tracer.capture.channel import Channel
 from tracer.capture.recorder import Call, RecordError
 
@@ -46,11 +47,11 @@ def exchange(ch: Channel, call: Call, group: str, members: tuple[int, ...]) -> C
         if op == "send":
             ch.post(name, b"".join(tensor_bytes(t) for t in call.inputs))
             return None
-        what = f"a message on group {group} (tag {call.tag})"
+        what = f"{channel.label()} (its {op} #{name.rsplit('.', 1)[-1]} on group {group})"
         return lambda: _fill_all(call.outputs, ch.take(name, peer, what), what)
     k = ch.next_id(("c", group))
     name = lambda r: f"c.{group}.{k}.{r}"
-    what = f"{op} #{k} on group {group}"
+    what = f"{channel.label()} (its {op} #{k} on group {group})"
     if op in ("all_gather", "all_gather_into_tensor", "gather"):
         ch.post(name(ch.rank), tensor_bytes(call.inputs[0]))
         root = members[call.root] if op == "gather" else ch.rank

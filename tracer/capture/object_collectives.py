@@ -31,10 +31,10 @@ HANDSHAKES = (("torch.distributed.pipelining.stage", "PipelineStage", "_warmup_f
 """(module, class, method): tensor exchanges whose values decide control flow."""
 
 
-def carried(fn):
+def carried(fn, label: str):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with channel.carry(), unset_fake_temporarily():
+        with channel.carry(label), unset_fake_temporarily():
             return fn(*args, **kwargs)
 
     return wrapper
@@ -46,8 +46,8 @@ def install(p: Patcher) -> None:
 
     for name in OBJECT_APIS:
         orig = getattr(c10d, name)
-        p.everywhere(orig, carried(orig))
+        p.everywhere(orig, carried(orig, name))
     for mod_name, cls_name, meth in HANDSHAKES:
         cls = getattr(importlib.import_module(mod_name), cls_name, None)
         if cls is not None and hasattr(cls, meth):
-            p.set(cls, meth, carried(getattr(cls, meth)))
+            p.set(cls, meth, carried(getattr(cls, meth), f"{cls_name}.{meth}"))
