@@ -4,8 +4,8 @@
 - torch's object collectives: a pickled object travels as a size tensor and a byte tensor
   through ordinary collectives / p2p, which are recorded as torch issues them;
 - pipelining's warm-up vote (`PipelineStage` with or without `input_args`): stages multiply
-  their "static shapes?" votes along the pipeline with int32 send / recv and then take shape
-  inference (object p2p) or not from the result.
+  their "static shapes?" votes along the pipeline with int32 send / recv, and the schedule
+  reads the result (`_warmup_p2p`: `result.item()`) to take shape inference (object p2p) or not.
 
 Under fake compute (FakeTensorMode) these run with the fake mode lifted: their tensors are
 small CPU metadata whose values are the point. Tensor data of the program (activations,
@@ -26,7 +26,8 @@ OBJECT_APIS = ("broadcast_object_list", "all_gather_object", "gather_object", "s
                "send_object_list", "recv_object_list")
 """c10d functions that move Python objects."""
 
-HANDSHAKES = (("torch.distributed.pipelining.stage", "PipelineStage", "_warmup_forward_vote"),
+HANDSHAKES = (("torch.distributed.pipelining.schedules", "_PipelineSchedule", "_warmup_p2p"),
+              ("torch.distributed.pipelining.stage", "PipelineStage", "_warmup_forward_vote"),
               ("torch.distributed.pipelining.stage", "PipelineStage", "_warmup_backward_result"))
 """(module, class, method): tensor exchanges whose values decide control flow."""
 
