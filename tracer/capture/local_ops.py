@@ -117,6 +117,10 @@ def _describe(name: str, a: dict, result) -> Call:
     if op == "all_to_all_single":
         if "input_split_sizes" in a:
             call.splits = (list(a["input_split_sizes"] or []), list(a["output_split_sizes"] or []))
+        elif name == "_dtensor::shard_dim_alltoall" and call.inputs and call.pg is not None:
+            # it sends each peer one shard_dim chunk, not a block of dim-0 rows: splits in elements
+            n = call.pg.size()
+            call.splits = ([call.inputs[0].numel() // n] * n, [call.outputs[0].numel() // n] * n)
     if len(call.inputs) == 1 and op.endswith("_coalesced") and op != "all_reduce_coalesced":
         call.op = op.removesuffix("_coalesced")
     return call
