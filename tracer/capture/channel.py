@@ -101,7 +101,8 @@ class Channel:
         if os.path.exists(path):
             return _read(path)
         marker = os.path.join(self.folder, "blocked", str(self.rank))
-        open(marker, "w").close()
+        with open(marker, "w") as f:
+            f.write(str(sender))
         start = time.monotonic()
         delay = 0.0005
         try:
@@ -141,9 +142,16 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-def blocked_ranks(folder: str) -> set[int]:
-    """Ranks waiting in `take` right now (for the executor)."""
+def blocked_ranks(folder: str) -> dict[int, int]:
+    """{rank: the rank it waits for} for the ranks waiting in `take` right now (for the executor)."""
+    out: dict[int, int] = {}
     try:
-        return {int(n) for n in os.listdir(os.path.join(folder, "blocked")) if n.isdigit()}
+        names = [n for n in os.listdir(os.path.join(folder, "blocked")) if n.isdigit()]
     except OSError:
-        return set()
+        return out
+    for n in names:
+        try:
+            out[int(n)] = int(_read(os.path.join(folder, "blocked", n)) or -1)
+        except (OSError, ValueError):
+            out[int(n)] = -1  # (just removed, or not yet written)
+    return out

@@ -68,8 +68,11 @@ def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress |
             # a rank waiting for a peer's object (channel.py) gives its core to the next rank
             # (the peer it waits on may not have started yet), and its waiting time does not
             # count towards --timeout: it times out itself, naming whom it waits for
-            blocked = blocked_ranks(folder) if pending or timeout else set()
+            blocked = blocked_ranks(folder) if pending or timeout else {}
             waiting = {i for i in running if jobs[i].ranks[0] in blocked and len(jobs[i].ranks) == 1}
+            if waiting and pending:  # start the ranks they wait for first: fewer ranks alive at once
+                awaited = set(blocked.values())
+                pending.sort(key=lambda i: jobs[i].ranks[0] not in awaited)
             now = time.monotonic()
             for i in waiting:
                 running[i] = (running[i][0], running[i][1] + now - last)
