@@ -11,6 +11,10 @@ fills them as if every rank held this rank's data (an all-gather repeats the inp
 reduce-scatter takes this rank's chunk, ...). Garbage bytes are NaNs and negatives that make CPU
 math 5-100x slower and can flip data-dependent control flow (inf checks, loss scaling); mirrored
 data keeps a dry run's compute plausible at the price of one memcpy per collective.
+
+Except where values decide control flow: inside an object collective or a pipeline stage's
+vote (capture/object_collectives.py) the tensors really travel between the rank processes
+(capture/channel.py, capture/exchange.py), a recv's data arriving at its wait().
 """
 
 from __future__ import annotations
