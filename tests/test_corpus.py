@@ -84,7 +84,7 @@ def test_dtensor_redistributions(recorded, mode):
 
 def test_rank0_extra_collective_found_in_fake_mode(recorded):
     t = load(recorded("bug_rank0_extra", 4, "fake")[0])
-    findings = run_checks(t)
+    findings = [f.to_json() for f in run_checks(t)]
     assert [(f["kind"], f["culprit_ranks"], f["seq"], f["op"]) for f in findings] == \
         [("missing_collective", [0], 1, "all_reduce")]
     assert "bug_rank0_extra.py:15" in findings[0]["message"]
