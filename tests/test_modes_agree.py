@@ -12,7 +12,7 @@ SKIP = {"ts", "rank", "label", "ranks"}
 
 @pytest.mark.parametrize("name,world", SPMD)
 def test_fake_and_local_agree(recorded, name, world):
-    fake, local = load(recorded(name, world, "fake")[0]), load(recorded(name, world, "local")[0])
+    fake, local = (load(recorded(name, world, "fake")[0]), load(recorded(name, world, "local")[0]))
     assert fake.ranks == local.ranks == list(range(world))
     for rank in range(world):
         a, b = stream(fake, rank), stream(local, rank)

@@ -3,10 +3,10 @@ the rank processes; local mode: LocalTensor), recorded as the tensor collectives
 for them; programs whose control flow depends on the received values run as for real."""
 
 import pytest
+from conftest import stream
 
 from analyzer.checks import run_checks
 from analyzer.load import load
-from conftest import stream
 
 W = ("world", (0, 1, 2, 3))
 P = "pickle"  # a pickled object's bytes: uint8 of the pickle's length
@@ -18,16 +18,28 @@ def shape(e, which):
 
 
 def pattern(t, rank):
-    return [(e["op"], e["group"][0] if e["group"] else None, e["peer"], e["dtype"], shape(e, "in_shapes"),
-             shape(e, "out_shapes")) for e in stream(t, rank) if e["op"] not in ("wait", "init_process_group")]
+    return [
+        (
+            e["op"],
+            e["group"][0] if e["group"] else None,
+            e["peer"],
+            e["dtype"],
+            shape(e, "in_shapes"),
+            shape(e, "out_shapes"),
+        )
+        for e in stream(t, rank)
+        if e["op"] not in ("wait", "init_process_group")
+    ]
 
 
 def objects_expected(rank: int) -> list[tuple]:
     one, i64 = ((1,),), "int64"
     sizes4 = ((1,),) * 4
     out = [
-        ("broadcast", "world", 0, i64, one, one), ("broadcast", "world", 0, "uint8", P, P),  # config
-        ("all_gather", "world", -1, i64, one, sizes4), ("all_gather", "world", -1, "uint8", P, P),  # counts
+        ("broadcast", "world", 0, i64, one, one),
+        ("broadcast", "world", 0, "uint8", P, P),  # config
+        ("all_gather", "world", -1, i64, one, sizes4),
+        ("all_gather", "world", -1, "uint8", P, P),  # counts
         ("all_gather", "world", -1, i64, one, sizes4),  # gather_object: sizes to everyone,
         ("gather", "world", 0, "uint8", P, P if rank == 0 else ()),  # bytes to rank 0
         ("broadcast", "world", 0, i64, one, one),  # scatter_object_list: the max size,
@@ -37,11 +49,17 @@ def objects_expected(rank: int) -> list[tuple]:
     peer = rank + 1 if rank % 2 == 0 else rank - 1
     work = (peer if rank % 2 else rank) + 1  # the even rank's scattered work item
     if rank % 2 == 0:
-        out += [("send", "world", peer, i64, one, ()), ("send", "world", peer, "uint8", P, ()),
-                ("recv", "world", peer, "float32", (), ((work, 6),))]
+        out += [
+            ("send", "world", peer, i64, one, ()),
+            ("send", "world", peer, "uint8", P, ()),
+            ("recv", "world", peer, "float32", (), ((work, 6),)),
+        ]
     else:
-        out += [("recv", "world", peer, i64, (), one), ("recv", "world", peer, "uint8", (), P),
-                ("send", "world", peer, "float32", ((work, 6),), ())]
+        out += [
+            ("recv", "world", peer, i64, (), one),
+            ("recv", "world", peer, "uint8", (), P),
+            ("send", "world", peer, "float32", ((work, 6),), ()),
+        ]
     out += [("all_reduce", "world", -1, "float32", ((6,),), ((6,),))] * 3  # cfg["steps"] of cfg["width"]
     out += [("all_reduce", "world", -1, "float32", ((2,),), ((2,),))] * 4  # max(counts)
     return out
@@ -76,12 +94,19 @@ def spmd_expected(rank: int) -> list[tuple]:
     """scatter_object_list passes its scatter lists on the root only (torch's own code)."""
     one, i64 = ((1,),), "int64"
     root = rank == 0
-    return [("broadcast", "world", 0, i64, one, one), ("broadcast", "world", 0, "uint8", P, P),
-            ("all_gather", "world", -1, i64, one, ((1,),) * 4), ("all_gather", "world", -1, "uint8", P, P),
-            ("broadcast", "world", 0, i64, one, one), ("scatter", "world", 0, "uint8", P if root else (), P),
-            ("scatter", "world", 0, i64, ((1,),) * 4 if root else (), one)] + \
-        [("all_reduce", "world", -1, "float32", ((12,),), ((12,),))] * 2 + \
-        [("all_reduce", "world", -1, "float32", ((1,),), ((1,),))] * 3
+    return (
+        [
+            ("broadcast", "world", 0, i64, one, one),
+            ("broadcast", "world", 0, "uint8", P, P),
+            ("all_gather", "world", -1, i64, one, ((1,),) * 4),
+            ("all_gather", "world", -1, "uint8", P, P),
+            ("broadcast", "world", 0, i64, one, one),
+            ("scatter", "world", 0, "uint8", P if root else (), P),
+            ("scatter", "world", 0, i64, ((1,),) * 4 if root else (), one),
+        ]
+        + [("all_reduce", "world", -1, "float32", ((12,),), ((12,),))] * 2
+        + [("all_reduce", "world", -1, "float32", ((1,),), ((1,),))] * 3
+    )
 
 
 @pytest.mark.parametrize("mode", ["fake", "local"])
@@ -97,8 +122,9 @@ def test_spmd_object_program_in_both_modes(recorded, mode):
 def test_object_recv_without_sender_names_both_ranks(recorded):
     path, res = recorded("bug_object_never_sent", 2, "fake")
     assert set(res.errors) == {1}
-    assert ("rank 1 waits for recv_object_list (its recv #0 on group 0) from rank 0, which finished without "
-            "sending it") in res.errors[1]
+    assert (
+        "rank 1 waits for recv_object_list (its recv #0 on group 0) from rank 0, which finished without sending it"
+    ) in res.errors[1]
     t = load(path)  # everything recorded up to the wait is kept
     assert [e["op"] for e in stream(t, 1)] == ["init_process_group", "all_reduce", "recv"]
     assert [e["op"] for e in stream(t, 0)] == ["init_process_group", "all_reduce"]
@@ -110,12 +136,30 @@ def test_object_waits_time_out_with_one_line_and_exit_2(tmp_path):
     from conftest import BIN, REPO, program
 
     out = tmp_path / "both.trace"
-    p = subprocess.run([f"{BIN}/tracer", "record", "--script", program("bug_object_both_wait"), "-n", "2",
-                        "-j", "1", "--timeout", "2", "-o", str(out)], capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [
+            f"{BIN}/tracer",
+            "record",
+            "--script",
+            program("bug_object_both_wait"),
+            "-n",
+            "2",
+            "-j",
+            "1",
+            "--timeout",
+            "2",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert p.returncode == 2
     first = [line for line in p.stderr.splitlines() if line.startswith("error: rank")]
     assert len(first) == 1 and "Traceback" not in p.stderr
-    assert ("rank 0 waited 2 s for recv_object_list (its recv #0 on group 0) from rank 1, which never sent it "
-            "(--timeout)") in first[0]
+    assert (
+        "rank 0 waited 2 s for recv_object_list (its recv #0 on group 0) from rank 1, which never sent it (--timeout)"
+    ) in first[0]
     t = load(str(out) + ".parts") if not out.exists() else load(str(out))
     assert [e["op"] for e in stream(t, 0)] == ["init_process_group", "all_reduce", "recv"]

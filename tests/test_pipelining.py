@@ -13,10 +13,10 @@ Then per step and per microbatch: activations [mb, 16] float32 forward, gradient
 from collections import Counter
 
 import pytest
+from conftest import stream
 
 from analyzer.checks import run_checks
 from analyzer.load import load
-from conftest import stream
 
 SCHEDULES = ["GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "LoopedBFS"]
 LOOPED = {"Interleaved1F1B", "InterleavedZeroBubble", "LoopedBFS"}
@@ -68,8 +68,9 @@ def observed(t, rank: int) -> Counter:
 CASES = [(s, w, ia) for s in SCHEDULES for w in (2, 4) for ia in (False, True)]
 
 
-@pytest.mark.parametrize("schedule,world,input_args", CASES,
-                         ids=[f"{s}-{w}ranks-{'input_args' if ia else 'inferred'}" for s, w, ia in CASES])
+@pytest.mark.parametrize(
+    "schedule,world,input_args", CASES, ids=[f"{s}-{w}ranks-{'input_args' if ia else 'inferred'}" for s, w, ia in CASES]
+)
 def test_pipeline_schedule_records_every_p2p(recorded, schedule, world, input_args):
     args = ("--schedule", schedule, "--microbatches", str(M)) + (("--input-args",) if input_args else ())
     path, res = recorded("pipeline", world, "fake", args)

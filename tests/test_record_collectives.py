@@ -104,8 +104,10 @@ def test_p2p_refused_in_local_mode(recorded):
     path, res = recorded("p2p", 4, "local")
     assert set(res.errors) == {0, 1, 2, 3}
     # its peers are computed from its rank: refused where the rank first steers it
-    assert "depends on its rank (dist.get_rank() at tests/programs/p2p.py:6, used at tests/programs/p2p.py:9)" \
+    assert (
+        "depends on its rank (dist.get_rank() at tests/programs/p2p.py:6, used at tests/programs/p2p.py:9)"
         in res.errors[0]
+    )
     assert "--mode fake" in res.errors[0]
 
 
@@ -114,8 +116,10 @@ def test_rank_dependent_arguments_refused_in_local_mode(recorded):
     mode would give every rank rank 0's side, so it refuses, naming the read and the use."""
     path, res = recorded("collectives", 4, "local")
     assert set(res.errors) == {0, 1, 2, 3}
-    assert ("depends on its rank (dist.get_rank() at tests/programs/collectives.py:6, used at "
-            "tests/programs/collectives.py:15)") in res.errors[0]
+    assert (
+        "depends on its rank (dist.get_rank() at tests/programs/collectives.py:6, used at "
+        "tests/programs/collectives.py:15)"
+    ) in res.errors[0]
     assert "--mode fake" in res.errors[0]
     t = load(path)  # what ran before the refusal is kept
     assert [e["op"] for e in stream(t, 2)][-1] == "broadcast"

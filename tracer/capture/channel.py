@@ -112,11 +112,14 @@ class Channel:
                 if os.path.exists(done) and not os.path.exists(path):
                     if _read(done).decode() == NEEDS_REAL:
                         raise PeerRecordedAgain(f"rank {sender} is recorded again with real compute")
-                    raise ChannelError(f"rank {self.rank} waits for {what} from rank {sender}, "
-                                      f"which finished without sending it")
+                    raise ChannelError(
+                        f"rank {self.rank} waits for {what} from rank {sender}, which finished without sending it"
+                    )
                 if self.timeout and waited > self.timeout:
-                    raise ChannelError(f"rank {self.rank} waited {self.timeout:g} s for {what} from rank {sender}, "
-                                      f"which never sent it (--timeout)")
+                    raise ChannelError(
+                        f"rank {self.rank} waited {self.timeout:g} s for {what} from rank {sender}, "
+                        f"which never sent it (--timeout)"
+                    )
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
         finally:

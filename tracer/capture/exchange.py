@@ -10,7 +10,7 @@ issued by the object APIs; inside a carried call they keep mirrored data.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -85,5 +85,5 @@ def _fill_all(outs: list, data: bytes, what: str) -> None:
     at = 0
     for o in outs:
         size = o.numel() * o.element_size()
-        fill(o, data[at:at + size], what)
+        fill(o, data[at : at + size], what)
         at += size

@@ -22,13 +22,21 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from tracer.capture import channel
 from tracer.capture.patches import Patcher
 
-OBJECT_APIS = ("broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
-               "send_object_list", "recv_object_list")
+OBJECT_APIS = (
+    "broadcast_object_list",
+    "all_gather_object",
+    "gather_object",
+    "scatter_object_list",
+    "send_object_list",
+    "recv_object_list",
+)
 """c10d functions that move Python objects."""
 
-HANDSHAKES = (("torch.distributed.pipelining.schedules", "_PipelineSchedule", "_warmup_p2p"),
-              ("torch.distributed.pipelining.stage", "PipelineStage", "_warmup_forward_vote"),
-              ("torch.distributed.pipelining.stage", "PipelineStage", "_warmup_backward_result"))
+HANDSHAKES = (
+    ("torch.distributed.pipelining.schedules", "_PipelineSchedule", "_warmup_p2p"),
+    ("torch.distributed.pipelining.stage", "PipelineStage", "_warmup_forward_vote"),
+    ("torch.distributed.pipelining.stage", "PipelineStage", "_warmup_backward_result"),
+)
 """(module, class, method): tensor exchanges whose values decide control flow."""
 
 

@@ -49,9 +49,11 @@ class RankValue(int):
         return self
 
     def _refuse(self, *args, **kwargs):
-        raise RankDependent(f"the program's behaviour depends on its rank ({self.read}, used at {_site(1)}): local mode runs every rank "
-                            f"through rank 0's Python and would record rank 0's path for all; "
-                            f"record it with --mode fake")
+        raise RankDependent(
+            f"the program's behaviour depends on its rank ({self.read}, used at {_site(1)}): local mode runs "
+            f"every rank through rank 0's Python and would record rank 0's path for all; "
+            f"record it with --mode fake"
+        )
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __index__ = _refuse
     __float__ = __complex__ = __round__ = _refuse
@@ -65,9 +67,29 @@ class RankValue(int):
 
         return method
 
-    for _n in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
-               "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__pos__", "__abs__", "__xor__", "__rxor__",
-               "__and__", "__rand__", "__or__", "__ror__", "__lshift__", "__rshift__"):
+    for _n in (
+        "__add__",
+        "__radd__",
+        "__sub__",
+        "__rsub__",
+        "__mul__",
+        "__rmul__",
+        "__floordiv__",
+        "__rfloordiv__",
+        "__mod__",
+        "__rmod__",
+        "__neg__",
+        "__pos__",
+        "__abs__",
+        "__xor__",
+        "__rxor__",
+        "__and__",
+        "__rand__",
+        "__or__",
+        "__ror__",
+        "__lshift__",
+        "__rshift__",
+    ):
         locals()[_n] = _arith(_n)
     del _n, _arith
 
@@ -99,9 +121,11 @@ class RankText(str):
         return self
 
     def __int__(self):
-        raise RankDependent(f"the program reads its rank ({self.read}) as a number: local mode runs every rank "
-                            f"through rank 0's Python and cannot follow where it is used (dist.get_rank() "
-                            f"can); record it with --mode fake")
+        raise RankDependent(
+            f"the program reads its rank ({self.read}) as a number: local mode runs every rank "
+            f"through rank 0's Python and cannot follow where it is used (dist.get_rank() "
+            f"can); record it with --mode fake"
+        )
 
 
 _OS_FILE = os.__file__
@@ -126,6 +150,7 @@ _USER: dict = {}
 
 def install(p: Patcher, rec) -> None:
     """Local mode: the program's own rank reads answer RankValues."""
+
     def wrap(owner, name: str, label: str):
         orig = getattr(owner, name)
 

@@ -169,9 +169,11 @@ def one_line_error(e: BaseException, rec) -> str:
             break
     text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
     if isinstance(e, AssertionError) and PER_RANK_PYTHON_VALUE in msg:  # LocalTensor's own words
-        text = ("a Python number read from a tensor whose value differs across ranks (float(loss), .item(), "
-                ".tolist()): local mode runs one Python for every rank, so it cannot hold one value per rank; "
-                "reduce it first (dist.all_reduce) or record with --mode fake")
+        text = (
+            "a Python number read from a tensor whose value differs across ranks (float(loss), .item(), "
+            ".tolist()): local mode runs one Python for every rank, so it cannot hold one value per rank; "
+            "reduce it first (dist.all_reduce) or record with --mode fake"
+        )
     return f"{text} ({where})" if where else text
 
 
