@@ -14,6 +14,7 @@ per-rank integers (a value per simulated rank): tensor math on them is per rank,
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import sys
@@ -109,9 +110,11 @@ class RankValue(int):
 
 
 class RankText(str):
-    """`$RANK` as read by the program. `int()` of it is refused: CPython turns whatever
-    `__int__` returns into a plain int, so its later uses cannot be followed (dist.get_rank()
-    can: its uses are checked one by one)."""
+    """`$RANK` as read by the program. CPython turns whatever `int()` of it returns into a plain
+    int, so its uses cannot be followed at run time (dist.get_rank()'s can). Instead `int()`
+    reads the program's source: if the name it is assigned to (or the expression it is in) is
+    compared or branched on in the enclosing function, it is refused there; a rank that only
+    seeds or labels per-rank data (`torch.manual_seed(rank)`, a log line) is let through."""
 
     read: str
 
@@ -121,11 +124,62 @@ class RankText(str):
         return self
 
     def __int__(self):
-        raise RankDependent(
-            f"the program reads its rank ({self.read}) as a number: local mode runs every rank "
-            f"through rank 0's Python and cannot follow where it is used (dist.get_rank() "
-            f"can); record it with --mode fake"
+        f = sys._getframe(1)
+        used = branch_on_read(f.f_code.co_filename, f.f_lineno)
+        if used is not None:
+            raise RankDependent(
+                f"the program's behaviour depends on its rank ({self.read}, compared at "
+                f"{_rel(f.f_code.co_filename)}:{used}): local mode runs every rank through rank 0's "
+                f"Python and would record rank 0's path for all; record it with --mode fake"
+            )
+        return int(str.__str__(self))
+
+
+def _rel(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith(".." + os.sep + "..") else rel
+
+
+_BRANCHES = (ast.Compare, ast.If, ast.IfExp, ast.While, ast.BoolOp, ast.Assert, ast.Match)
+
+
+def branch_on_read(path: str, line: int) -> int | None:
+    """Line of the first compare / branch in `path` on what the statement at `line` assigns
+    (within its function, else the module), or on that statement's own expression."""
+    try:
+        tree = _TREES.get(path) or _TREES.setdefault(path, ast.parse(open(path).read(), path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    scope, stmt = tree, None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= node.end_lineno:
+            if scope is tree or node.lineno >= scope.lineno:
+                scope = node
+    for node in ast.walk(scope):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= node.end_lineno:
+            if stmt is None or node.lineno >= stmt.lineno and not isinstance(node, _BLOCKS):
+                stmt = node
+    if stmt is None:
+        return None
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        own = [n for n in ast.walk(stmt) if isinstance(n, _BRANCHES)] or (
+            [stmt] if isinstance(stmt, (ast.If, ast.While, ast.Assert)) else []
         )
+        return stmt.lineno if own else None
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    lines = [
+        n.lineno
+        for n in ast.walk(scope)
+        if isinstance(n, (*_BRANCHES, ast.Subscript))
+        and any(isinstance(m, ast.Name) and m.id in names for m in ast.walk(n.test if hasattr(n, "test") else n))
+        and not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in names)
+    ]
+    return min(lines) if lines else None
+
+
+_BLOCKS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If, ast.With, ast.Try)
+_TREES: dict = {}
 
 
 _OS_FILE = os.__file__
