@@ -1,4 +1,4 @@
-"""torch.distributed.pipelining as users write it (tests/programs/pipeline.py: stock PipelineStage,
+"""torch.distributed.pipelining as users write it (tests/programs/pp_schedules.py: stock PipelineStage,
 stock schedules), recorded in fake mode: every p2p of every rank, derived by hand, and no findings.
 
 Stage s lives on rank s % world (looped schedules: 2 stages per rank). Every stage talks to its
@@ -73,7 +73,7 @@ CASES = [(s, w, ia) for s in SCHEDULES for w in (2, 4) for ia in (False, True)]
 )
 def test_pipeline_schedule_records_every_p2p(recorded, schedule, world, input_args):
     args = ("--schedule", schedule, "--microbatches", str(M)) + (("--input-args",) if input_args else ())
-    path, res = recorded("pipeline", world, "fake", args)
+    path, res = recorded("pp_schedules", world, "fake", args)
     assert res.errors == {}
     t = load(path)
     for rank in range(world):
@@ -86,7 +86,7 @@ def test_pipeline_schedule_records_every_p2p(recorded, schedule, world, input_ar
 def test_pipeline_handshake_carries_the_inferred_shapes(recorded):
     """Without input_args the last stage learns its input shape from stage 0's pickled
     metadata: its activation recvs are [2, 16] because that is what stage 0 sent."""
-    path, _ = recorded("pipeline", 2, "fake", ("--schedule", "1F1B", "--microbatches", str(M)))
+    path, _ = recorded("pp_schedules", 2, "fake", ("--schedule", "1F1B", "--microbatches", str(M)))
     t = load(path)
     recv = [e for e in stream(t, 1, ("recv",)) if e["dtype"] == "float32"]
     assert {tuple(map(tuple, e["out_shapes"])) for e in recv} == {((2, 16),)}
