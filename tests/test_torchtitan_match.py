@@ -1,18 +1,20 @@
 """Same config, same pattern: the built-in workload against TorchTitan 0.3 itself.
 
-traces/torchtitan_llama3_fsdp_tp.trace was recorded from TorchTitan 0.3.0 (the adapter:
-`tracer record --torchtitan llama3:llama3_debugmodel -n 8 -- --parallelism.data_parallel_shard_degree 4
---parallelism.tensor_parallel_degree 2 --training.steps 2 --training.seq_len 64
---training.local_batch_size 2`); examples/llama3_debug_fsdp_tp.toml is the same job for the
-built-in workload. `analyzer diff` of the two (aliases on, group creation and size-1 groups out)
-shows the same collectives per mesh dim x op x phase with the same dtypes, except what
-TorchTitan does that the built-in workload does not model (README, "Built-in vs TorchTitan"),
-pinned here call by call, so CI guards the match without TorchTitan installed.
+traces/torchtitan_llama3_{fsdp,hsdp}_tp.trace were recorded from TorchTitan 0.3.0 through the
+adapter (`tracer record --torchtitan llama3:llama3_debugmodel -n 8 --
+--parallelism.data_parallel_shard_degree 4 --parallelism.tensor_parallel_degree 2
+--training.steps 2 --training.seq_len 64 --training.local_batch_size 2`; HSDP: replicate 2,
+shard 2); examples/llama3_debug_{fsdp,hsdp}_tp.toml are the same jobs for the built-in workload.
+`analyzer diff` of the two (aliases on, group creation and size-1 groups out) shows the same
+collectives per mesh dim x op x phase with the same dtypes, except what TorchTitan does that the
+built-in workload does not model (README, "Built-in vs TorchTitan"), pinned here call by call,
+so CI guards the match without TorchTitan installed.
 """
 
 import os
 
 import polars as pl
+import pytest
 from conftest import REPO
 
 from analyzer.diff import diff_traces
@@ -39,59 +41,72 @@ KNOWN = {
 }
 
 
-def _pair():
-    builtin = load(os.path.join(REPO, "traces", "llama3_debug_fsdp_tp.trace"))
-    torchtitan = load(os.path.join(REPO, "traces", "torchtitan_llama3_fsdp_tp.trace"))
+HSDP = {
+    **KNOWN,
+    # the chunked loss's two-part reduce-scatter of [norm, lm_head]: each part is all-reduced
+    # across the replicas (same bytes)
+    ("dp_replicate", "all_reduce", "backward"): (STEPS * RANKS, 0),
+}
+CONFIGS = {"fsdp_tp": KNOWN, "hsdp_tp": HSDP}
+SAME = {
+    ("batch", "all_reduce", "other"),
+    ("loss_mesh", "all_reduce", "other"),
+    ("fsdp", "all_gather_into_tensor", "forward"),
+    ("fsdp", "all_reduce", "other"),
+    ("tp", "all_gather_into_tensor", "forward"),
+    ("tp", "all_gather_into_tensor", "backward"),
+    ("tp", "reduce_scatter_tensor", "forward"),
+    ("tp", "reduce_scatter_tensor", "backward"),
+    ("tp", "all_reduce", "backward"),
+}
+"""Rows with the same calls and bytes on both sides: the whole training step but the above."""
+
+
+def _pair(name):
+    builtin = load(os.path.join(REPO, "traces", f"llama3_debug_{name}.trace"))
+    torchtitan = load(os.path.join(REPO, "traces", f"torchtitan_llama3_{name}.trace"))
     return builtin, torchtitan
 
 
-def test_builtin_golden_is_the_example_recorded():
-    # test_golden re-records examples/llama3_debug_fsdp_tp.toml against its golden: the
-    # built-in side of this comparison is the workload as it runs today
-    b, _ = _pair()
-    assert b.header["config"]["config_file"] == os.path.join("examples", "llama3_debug_fsdp_tp.toml")
+@pytest.mark.parametrize("name", CONFIGS)
+def test_builtin_golden_is_the_example_recorded(name):
+    # test_golden re-records examples/llama3_debug_*.toml against its golden: the built-in side
+    # of this comparison is the workload as it runs today
+    b, _ = _pair(name)
+    assert b.header["config"]["config_file"] == os.path.join("examples", f"llama3_debug_{name}.toml")
 
 
-def test_same_collectives_per_dim_op_phase_except_the_known_differences():
-    d = diff_traces(*_pair())
+@pytest.mark.parametrize("name", CONFIGS)
+def test_same_collectives_per_dim_op_phase_except_the_known_differences(name):
+    d = diff_traces(*_pair(name))
     rows = {(r["dim"], r["op"], r["phase"]): r for r in d.volume.iter_rows(named=True)}
     differing = {
         k: (r["calls_delta"], r["bytes_delta"]) for k, r in rows.items() if r["calls_delta"] or r["bytes_delta"]
     }
-    assert differing == KNOWN
-    # every other row: same calls and bytes on both sides, the whole training step
-    same = {k for k in rows if k not in KNOWN}
-    assert same == {
-        ("batch", "all_reduce", "other"),
-        ("loss_mesh", "all_reduce", "other"),
-        ("fsdp", "all_gather_into_tensor", "forward"),
-        ("fsdp", "all_reduce", "other"),
-        ("tp", "all_gather_into_tensor", "forward"),
-        ("tp", "all_gather_into_tensor", "backward"),
-        ("tp", "reduce_scatter_tensor", "forward"),
-        ("tp", "reduce_scatter_tensor", "backward"),
-        ("tp", "all_reduce", "backward"),
-    }
+    assert differing == CONFIGS[name]
+    assert {k for k in rows if k not in CONFIGS[name]} == SAME
 
 
-def test_same_dtypes_and_shapes_per_dim_op_phase():
+@pytest.mark.parametrize("name", CONFIGS)
+def test_same_dtypes_and_shapes_per_dim_op_phase(name):
     # beyond counts and bytes: the set of signatures (op, dim, dtype, shapes, reduce op) each
     # side issues per phase, outside the known differences, is the same
-    known = pl.DataFrame(list(KNOWN), schema=["dim", "op", "phase"], orient="row")
+    known = pl.DataFrame(list(CONFIGS[name]), schema=["dim", "op", "phase"], orient="row")
 
     def sigs(trace):
         n = normalize(trace).join(known, on=["dim", "op", "phase"], how="anti")
         return set(n.select("sig", "phase").unique().iter_rows())
 
-    b, t = _pair()
+    b, t = _pair(name)
     assert sigs(b) == sigs(t)
 
 
-def test_first_divergence_is_a_communication_difference():
+@pytest.mark.parametrize("name", CONFIGS)
+def test_first_divergence_is_a_communication_difference(name):
     # without normalization TorchTitan's group creation (every size-1 dim) would diverge at
     # event 1; normalized, the first difference is TorchTitan's seed broadcast, then the
     # chunked loss's all-reduces
-    d = diff_traces(*_pair())
+    d = diff_traces(*_pair(name))
     assert len(d.divergences) == 1 and d.divergences[0].ranks == list(range(RANKS))
     div = d.divergences[0]
     assert div.event_b["sig"] == "broadcast world/8 uint8 in=[[8]] out=[[8]] root=0"
