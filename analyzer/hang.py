@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import polars as pl
 
+from analyzer.checks import fr_numbers
 from analyzer.checks.common import group_table
 from analyzer.checks.ordering import cycle_findings, key_text
 from analyzer.findings import Finding, group_text, ranks_text
@@ -55,12 +56,55 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
     groups = group_table(trace)
     found = cycle_findings(trace, stuck, only_matched=False)
     on_cycle = {r for f in found for r in f.ranks}
+    mismatched = None if stopped else _mismatched(trace)
+    caused: dict[int, tuple[Finding, list[int]]] = {}  # id(finding) -> (finding, the sinks it explains)
     for sink in sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck):
-        found.append(_stalled(trace, sink, stuck, graph, groups, expected))
+        cause = _collective_cause(sink, stuck, graph, groups, mismatched) if mismatched else None
+        if cause is None:
+            found.append(_stalled(trace, sink, stuck, graph, groups, expected))
+            continue
+        if id(cause) not in caused:
+            found.append(cause)
+        caused.setdefault(id(cause), (cause, []))[1].append(sink)
+    for cause, sinks in caused.values():
+        waiting = sorted(set().union(*(nx.ancestors(graph, s) for s in sinks)))
+        cause.extra["waiting_ranks"] = waiting
+        cause.message += (
+            f"; replayed, this leaves rank{'s' if len(waiting) > 1 else ''} {ranks_text(waiting)} "
+            f"blocked waiting for rank{'s' if len(sinks) > 1 else ''} {ranks_text(sinks)}"
+        )
     labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
+    found = fr_numbers.annotate(trace, found)
     return HangReport(
         "post-mortem" if stopped else "replayed", stuck, graph, found, to_dot(graph, stuck, labels, on_cycle)
     )
+
+
+def _mismatched(trace: Trace) -> list[Finding]:
+    """The collectives check's extra or skipped collectives (a rank that stopped is a stall)."""
+    from analyzer.checks import collectives
+
+    return [
+        f
+        for f in collectives.check(trace)
+        if f.kind == "missing_collective" and f.extra.get("detail") in ("extra", "skipped")
+    ]
+
+
+def _collective_cause(
+    sink: int, stuck: dict[int, Blocked], graph: nx.DiGraph, groups: dict, mismatched: list[Finding]
+) -> Finding | None:
+    """In a dry run, a rank that issued an extra collective (or skipped one) shifts its sequence
+    on that group: replayed, the others finish while it blocks in a collective nobody else
+    issues, and they look like stalled ranks. The root cause is the collectives check's finding
+    on that group whose culprits are among the ranks involved: check and hang give one verdict."""
+    direct = sorted(graph.predecessors(sink))
+    gids = {stuck[w].key[1] for w in direct if stuck[w].key[0] == "c"}
+    involved = set(direct) | {sink}
+    for f in mismatched:  # the first (lowest position) finding on the group that names them
+        if any(f.group == groups.get(g) for g in gids) and set(f.culprit_ranks) & involved:
+            return f
+    return None
 
 
 def _stalled(

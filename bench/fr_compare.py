@@ -1,11 +1,13 @@
 """torch's Flight Recorder analyzer (`fr_trace`) vs `analyzer check`, on the same dumps.
 
-    python bench/fr_compare.py [--dumps DIR] [--scale 64,256,1024] [--entries 2000] [--skip-cases]
+    python bench/fr_compare.py [--dumps DIR] [--scale 64,256,1024] [--entries 2000] [--skip-cases] [--corpus]
 
 (a) Seeded bugs, real gloo dumps (tests/fr/make_dumps.py): what each tool reports (kind / error
     type and culprits). fr_trace reads only pickles named PREFIX_RANK and needs pg_config, so it
     gets the repaired pickles copied to `rank_R`; analyzer gets the raw pickle, the JSON and the
     repaired form. Both run as a user would, without extra flags.
+(c) The peer corpus (tests/fr/corpus.py, `--corpus`): fr_trace's verdict next to check's and
+    hang's on every case (the table in docs/flight_recorder_corpus.md).
 (b) Synthetic healthy dumps (bench/fr_synth.py) at each scale: wall time of each command (a fresh
     process: startup and torch import included, as a user pays them) and the ratio, same run.
 """
@@ -95,6 +97,36 @@ def seeded(dumps: str, work: str) -> None:
         print(f"| {case} | {truth} | {fr} | " + " | ".join(ours) + " |", flush=True)
 
 
+def corpus_table(work: str) -> None:
+    """(c) the peer corpus (tests/fr/corpus.py): fr_trace's verdict and commtrace's `check` and
+    `hang` on every case, next to the hand-derived truth (docs/flight_recorder_corpus.md)."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "fr"))
+    import corpus
+
+    folder = os.path.join(work, "corpus")
+    cases = corpus.write(folder)
+    print("\n(c) peer corpus: fr_trace vs commtrace (check; hang root causes)")
+    print("| case | truth (check; hang) | fr_trace | analyzer check | analyzer hang |")
+    print("|---|---|---|---|---|")
+    for name, (_, want_check, want_hang) in cases.items():
+        path = os.path.join(folder, name)
+        _, fr = fr_trace(path)
+        _, ours = analyzer_check(path)
+        truth = "; ".join(f"{k} {c}" for k, c in want_check) or "no findings"
+        truth += " / " + ("; ".join(f"{k} {c}" for k, c in want_hang) or "no hang" if want_hang is not None else "-")
+        print(f"| {name} | {truth} | {fr} | {ours} | {analyzer_hang(path)} |", flush=True)
+
+
+def analyzer_hang(folder: str) -> str:
+    import json
+
+    p = subprocess.run([os.path.join(BIN, "analyzer"), "hang", folder, "--json"], capture_output=True, text=True)
+    if p.returncode == 2:
+        return f"error: {p.stderr.strip()[:70]}"
+    found = json.loads(p.stdout)["findings"]
+    return "; ".join(f"{f['kind']} {f['culprit_ranks']}" for f in found) or "no hang"
+
+
 def scale(work: str, sizes: list[int], entries: int) -> None:
     sys.path.insert(0, HERE)
     from fr_synth import generate
@@ -117,9 +149,13 @@ def main() -> None:
     ap.add_argument("--scale", default="64,256,1024")
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--skip-cases", action="store_true")
+    ap.add_argument("--corpus", action="store_true", help="only (c): the peer corpus table")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="fr_compare_")
     try:
+        if a.corpus:
+            corpus_table(work)
+            return
         if not a.skip_cases:
             seeded(a.dumps or os.path.join(work, "dumps"), work)
         if a.scale:

@@ -1,7 +1,7 @@
 """Synthetic healthy Flight Recorder dumps, in FR's own pickle format (what
 `torch._C._distributed_c10d._dump_fr_trace` returns), for the fr_trace comparison at scale.
 
-    python bench/fr_synth.py OUT_DIR --ranks 1024 --entries 2000
+    python bench/fr_synth.py OUT_DIR --ranks 1024 --entries 2000 [--kind realistic|simple]
 
 An FSDP x TP step pattern on dp x tp ranks (tp=8): per layer an all-gather on the rank's dp group,
 two all-reduces on its tp group, a reduce-scatter on dp, as NCCL names them. Entries look like a
@@ -42,7 +42,7 @@ def groups(ranks: int, tp: int = 8) -> tuple[dict, dict[int, list[tuple[str, str
     return config, mine
 
 
-def dump(rank: int, ranks: int, entries: int, config: dict, mine: list, tp: int = 8) -> bytes:
+def dump(rank: int, ranks: int, entries: int, config: dict, mine: list, tp: int = 8, kind: str = "realistic") -> bytes:
     dp = ranks // tp
     frames = [_frames(k) for k in range(4)]
     # (profiling name, group index into `mine`, input sizes, output sizes)
@@ -52,6 +52,8 @@ def dump(rank: int, ranks: int, entries: int, config: dict, mine: list, tp: int 
         ("nccl:all_reduce", 1, [4, 512], [4, 512]),
         ("nccl:_reduce_scatter_base", 2, [1024 * dp], [1024]),
     ]
+    if kind == "simple":  # one group (the world), all-reduces from 4 call sites: DDP-like
+        pattern = [("nccl:all_reduce", 0, [1024 * (k + 1)], [1024 * (k + 1)]) for k in range(4)]
     seqs = [0, 0, 0]
     out = []
     for i in range(entries):
@@ -94,12 +96,15 @@ def dump(rank: int, ranks: int, entries: int, config: dict, mine: list, tp: int 
     )
 
 
-def generate(out_dir: str, ranks: int, entries: int) -> None:
+def generate(out_dir: str, ranks: int, entries: int, kind: str = "realistic") -> None:
+    """kind: "realistic" (FSDP x TP over world, tp and dp groups) or "simple" (one group)."""
     os.makedirs(out_dir, exist_ok=True)
     config, mine = groups(ranks)
+    if kind == "simple":
+        config = {"0": config["0"]}
     for r in range(ranks):
         with open(os.path.join(out_dir, f"rank_{r}"), "wb") as f:
-            f.write(dump(r, ranks, entries, config, mine[r]))
+            f.write(dump(r, ranks, entries, config, mine[r] if kind != "simple" else mine[r][:1], kind=kind))
 
 
 def main() -> None:
@@ -107,9 +112,10 @@ def main() -> None:
     p.add_argument("out_dir")
     p.add_argument("--ranks", type=int, default=64)
     p.add_argument("--entries", type=int, default=2000)
+    p.add_argument("--kind", choices=("realistic", "simple"), default="realistic")
     a = p.parse_args()
     t = time.perf_counter()
-    generate(a.out_dir, a.ranks, a.entries)
+    generate(a.out_dir, a.ranks, a.entries, a.kind)
     print(f"{a.ranks} dumps x {a.entries} entries in {a.out_dir} ({time.perf_counter() - t:.1f} s)")
 
 

@@ -33,7 +33,7 @@ def fr_dumps(tmp_path_factory):
         [sys.executable, os.path.join(HERE, "fr", "make_dumps.py"), str(out)],
         check=True,
         capture_output=True,
-        timeout=300,
+        timeout=1200,
         cwd=REPO,
     )
     return out
@@ -191,3 +191,17 @@ def test_hang_names_the_dead_rank_and_what_it_should_run_next(fr_dumps, form):
     assert root.kind == "stalled_rank" and root.culprit_ranks == [3]
     assert root.extra["waiting_ranks"] == [0, 1, 2]
     assert root.extra["expected_next"]["op"] == "all_reduce"
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_gloo_mesh_cross_group_deadlock_dumped_after_the_timeout(fr_dumps, form):
+    """Real gloo 2 x 2 mesh: ranks 0 and 3 enter tp first, 1 and 2 dp first; dumps written after
+    the groups' timeout. Each group's instance has one of its two members, so matching alone
+    sees four missing collectives: check and hang both give the one cycle 0 -> 1 -> 3 -> 2 -> 0."""
+    from analyzer.hang import analyze
+
+    t = load(fr_dumps / "mesh" / form)
+    for found in (run_checks(t), analyze(t).findings):
+        assert [(f.kind, f.culprit_ranks) for f in found] == [("deadlock_cycle", [0, 1, 2, 3])]
+        cycle = found[0].extra["cycle"]
+        assert cycle[cycle.index(0) :] + cycle[: cycle.index(0)] == [0, 1, 3, 2]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analyzer.checks import collectives, groups, missing_ranks, ordering, p2p
+from analyzer.checks import collectives, fr_numbers, groups, missing_ranks, ordering, p2p
 from analyzer.findings import Finding
 from analyzer.trace import Trace
 
@@ -20,7 +20,7 @@ def run_checks(trace: Trace, names: list[str] | None = None) -> list[Finding]:
     for name, check in CHECKS.items():
         if names is None or name in names:
             out.extend(check(trace))
-    return _without_cycle_symptoms(out)
+    return fr_numbers.annotate(trace, _without_cycle_symptoms(out))
 
 
 def _without_cycle_symptoms(found: list[Finding]) -> list[Finding]:

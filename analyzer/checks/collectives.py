@@ -21,8 +21,11 @@ import polars as pl
 from analyzer.checks.common import atom_values, conflicting_gids, group_table, is_shapes, majority, shape_text
 from analyzer.findings import Finding, group_text, ranks_text
 from analyzer.trace import Trace
+from analyzer.waitfor.semantics import post_mortem
 from traceformat.format import COLLECTIVE_OPS
 
+# the shapes every member must agree on: a list all_gather's outputs (every rank's chunk, which may
+# differ by rank: all_gather_v) and a list reduce_scatter's inputs, the tensor forms' one side
 KEY_IN = [
     "all_reduce",
     "all_reduce_coalesced",
@@ -30,11 +33,12 @@ KEY_IN = [
     "reduce",
     "all_gather_into_tensor",
     "all_gather_into_tensor_coalesced",
-    "all_gather",
     "all_gather_coalesced",
     "gather",
+    "reduce_scatter",
 ]
-KEY_OUT = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter", "scatter"]
+KEY_OUT = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "all_gather", "scatter"]
+SAME_SHAPE = ["all_reduce", "all_reduce_coalesced", "broadcast"]  # output = input, shape and dtype
 ROOTED = ["broadcast", "reduce", "gather", "scatter"]
 GATHERS = ["all_gather_into_tensor", "all_gather_into_tensor_coalesced", "all_gather", "all_gather_coalesced"]
 SCATTERS = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter"]
@@ -143,6 +147,13 @@ class _Report:
 
     def findings(self) -> list[Finding]:
         out = []
+        # a rank whose own output breaks output = input is the culprit of the cross-rank
+        # difference at that position too: the cross-rank finding is dropped, not repeated
+        own = {(k[0], k[1], k[2]): set(f.culprit_ranks) for k, f in self.found.items() if k[3] == "output side"}
+        for key, f in list(self.found.items()):
+            side = own.get((key[0], key[1], key[2])) if key[3] is None else None
+            if side and (set(f.culprit_ranks) <= side or len(f.culprit_ranks) == len(f.ranks)):
+                del self.found[key]
         for f in self.found.values():
             f.culprit_ranks.sort()
             f.message = f.extra.pop("_message")(f)
@@ -225,6 +236,15 @@ def _align(
     a = [x["tok"] for x in rep_rows]
     b = [x["tok"] for x in dev_rows]
     pairs: list[tuple[int, int]] = []
+    if len(culprits) > 1 and post_mortem(trace) and a[: len(b)] == b[: len(a)] and len(a) != len(b):
+        # a stopped run (FR dumps) without a majority: where one stream is the other's prefix,
+        # the rank that stopped early is the one the others wait on (hang says the same)
+        short, long_rows, short_rows = (
+            (rank, rep_rows, dev_rows) if len(b) < len(a) else (rep_rows[0]["rank"], dev_rows, rep_rows)
+        )
+        pairs.extend((dev_rows[k]["seq"], rep_rows[k]["seq"]) for k in range(min(len(a), len(b))))
+        _missing(report, gid, members, [short], long_rows[len(short_rows) :], short, short_rows, len(short_rows), trace)
+        return pairs
     for tag, i1, i2, j1, j2 in _opcodes(a, b):
         if tag == "equal":
             pairs.extend((dev_rows[j1 + k]["seq"], rep_rows[i1 + k]["seq"]) for k in range(i2 - i1))
@@ -379,9 +399,61 @@ def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> No
         )
 
 
+def _output_side(report, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
+    """all_reduce / broadcast write their output in the shape and dtype of their input: an
+    output that differs (FR records both sides; a dtype is 'in->out' where they differ) is a
+    shape_mismatch / dtype_mismatch of that rank, whatever the other ranks did."""
+    known = {aid for aid, v in atoms.items() if is_shapes(v) and v}
+    same = pats.filter(pl.col("op").is_in(SAME_SHAPE))
+    bad = same.filter(
+        (pl.col("in_shapes") != pl.col("out_shapes"))
+        & pl.col("in_shapes").is_in(sorted(known))
+        & pl.col("out_shapes").is_in(sorted(known))
+    )
+    if not bad.is_empty():
+        for row in positioned(bad).sort("group", "pos", "rank").to_dicts():
+            io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
+            _self_finding(report, groups, present, row, "shape_mismatch", "output shape = input shape", io)
+    dt = same.filter(pl.col("dtype").cast(pl.String).str.contains("->", literal=True))
+    if not dt.is_empty():
+        for row in (
+            positioned(dt.drop("dtype"))
+            .join(dt.select("code", "dtype"), on="code")
+            .sort("group", "pos", "rank")
+            .to_dicts()
+        ):
+            i, o = str(row["dtype"]).split("->", 1)
+            _self_finding(
+                report, groups, present, row, "dtype_mismatch", "output dtype = input dtype", f"input {i} -> output {o}"
+            )
+
+
+def _self_finding(report, groups, present, row: dict, kind: str, rule: str, actual: str) -> None:
+    gid = row["group"]
+
+    def message(f, row=row, rule=rule):
+        bad = "; ".join(f"rank {r}: {f.actual[r]}" for r in f.culprit_ranks)
+        return f"{row['op']} #{f.seq} on {group_text(f.group)} breaks {rule}: {bad}"
+
+    report.add(
+        kind,
+        gid,
+        row["pos"],
+        row["rank"],
+        op=row["op"],
+        expected=rule,
+        actual=actual,
+        frame=_where(row),
+        members=[r for r in groups[gid]["ranks"] if r in present],
+        message=message,
+        extra={"detail": "output side"},
+    )
+
+
 def _self_consistency(report, trace, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
     """All-gathers must output group-size x their input; reduce-scatters the reverse. Judged
     per pattern; only the events of a bad pattern are looked at."""
+    _output_side(report, groups, pats, positioned, atoms, present)
     numel = {aid: sum(_prod(s) for s in v) for aid, v in atoms.items() if is_shapes(v)}
     count = {aid: len(v) for aid, v in atoms.items() if is_shapes(v)}
     cand = pats.filter(pl.col("op").is_in(GATHERS + SCATTERS))
@@ -395,14 +467,14 @@ def _self_consistency(report, trace, groups, pats: pl.DataFrame, positioned, ato
         no=pl.col("out_shapes").replace_strict(count, default=0, return_dtype=pl.Int64),
     )
     gathers = pl.col("op").is_in(GATHERS)
+    # the list forms hold one chunk per member, chunks may differ (all_gather_v / reduce_scatter_v)
+    lists = pl.col("op").is_in(["all_gather", "reduce_scatter"])
     bad = cand.filter(
-        pl.when(gathers)
+        pl.when(lists)
+        .then(pl.when(gathers).then(pl.col("no")).otherwise(pl.col("ni")) != pl.col("size"))
+        .when(gathers)
         .then(pl.col("o") != pl.col("i") * pl.col("size"))
         .otherwise(pl.col("i") != pl.col("o") * pl.col("size"))
-        | (
-            pl.col("op").is_in(["all_gather", "reduce_scatter"])
-            & (pl.when(gathers).then(pl.col("no")).otherwise(pl.col("ni")) != pl.col("size"))
-        )
     )
     if bad.is_empty():
         return

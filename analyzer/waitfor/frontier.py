@@ -25,7 +25,15 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     in (Flight Recorder dumps, a recording or replay killed while hanging), a rank is blocked in
     its first op that cannot complete: a collective some member never entered, a send / recv
     without its partner (at the op, or at its wait when async). Graph work happens only for the
-    ranks found stuck."""
+    ranks found stuck.
+
+    Flight Recorder dumps carry each entry's state, so there completion is taken from evidence
+    only: an instance counts as completed when every member that left a dump holds it and FR
+    says completed (gloo's pg_status also counts work that ended in a timeout error, so a status
+    alone never hides an instance some member never entered). An instance every member issued
+    but none completed (NCCL `started` / `scheduled`: two groups entered in opposite orders) is
+    stuck too; a member has arrived at it only when it is not blocked at an earlier op of its own
+    stream, so the per-rank order shows the cross-group cycle."""
     # a member with no stream at all (a dump never written: the process died) is waited on too
     members = group_members(trace)
     present = set(trace.ranks) | {m for ms in members.values() for m in ms}
@@ -52,13 +60,21 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
         .group_by("group")
         .agg(horizon=pl.col("first").max())
     )
-    done = (pl.col("state") == "completed").any() if fr_state else pl.lit(False)
+    if fr_state:  # completed on evidence: every member with a dump holds it, and FR says so
+        dumped = set(trace.ranks)
+        size = size.with_columns(
+            size=pl.Series([sum(m in dumped for m in ms) for ms in members.values()], dtype=pl.Int64)
+        )
+        done = (pl.col("n") >= pl.col("size")) & pl.col("completed")
+    else:
+        done = pl.col("n") >= pl.col("size")
+    completed = (pl.col("state") == "completed").any() if fr_state else pl.lit(False)
     inst = (
         coll.group_by("group", "seq")
-        .agg(n=pl.len(), done=done)
+        .agg(n=pl.len(), completed=completed)
         .join(size, on="group")
         .join(horizon, on="group")
-        .filter((pl.col("n") < pl.col("size")) & (pl.col("seq") >= pl.col("horizon")) & ~pl.col("done"))
+        .filter((pl.col("seq") >= pl.col("horizon")) & ~done)
     )
     lean = ["rank", "idx", "code", "seq", "step"]
     stuck_coll = coll.join(inst.select("group", "seq"), on=["group", "seq"]).select(lean)
@@ -69,6 +85,16 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     stuck_p2p = pl.concat(
         [sends.join(recvs.select(keys), on=keys, how="anti"), recvs.join(sends.select(keys), on=keys, how="anti")]
     ).select(lean)
+    if fr_state:  # a matched send / recv that neither side completed is stuck on both sides
+        pending = pl.concat([sends, recvs]).group_by(keys).agg(pl.col("state").eq("completed").any().alias("ok"))
+        open_ = pending.filter(~pl.col("ok")).select(keys)
+        stuck_p2p = pl.concat(
+            [
+                stuck_p2p,
+                sends.join(open_, on=keys).join(recvs.select(keys), on=keys).select(lean),
+                recvs.join(open_, on=keys).join(sends.select(keys), on=keys).select(lean),
+            ]
+        ).unique()
     stuck = trace.with_patterns(
         pl.concat([stuck_coll, stuck_p2p]),
         "op",
@@ -98,6 +124,11 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     arrived_rows = coll.join(
         stuck.filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS))).select("group", "seq").unique(), on=["group", "seq"]
     )
+    if fr_state:  # arrived: holds the instance at or before the op its rank is blocked at
+        block = stuck.select("rank", at="block")
+        arrived_rows = arrived_rows.join(block, on="rank", how="left").filter(
+            pl.col("at").is_null() | (pl.col("idx") <= pl.col("at"))
+        )
     arrived = {(g, s): set(rs) for g, s, rs in arrived_rows.group_by("group", "seq").agg(pl.col("rank")).iter_rows()}
     out = {}
     for row in stuck.to_dicts():

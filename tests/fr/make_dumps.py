@@ -11,6 +11,8 @@ rank is a member of, as NCCL writes it, files `rank_R.pkl`).
 Every case warms up the same way (all-reduces, an all-gather that shows the world size, a DTensor
 redistribute on a 2 x 2 mesh), then issues its faulty step with async_op=True and dumps *before*
 wait(), so a step that hangs still leaves a dump; a short process-group timeout ends the wait.
+`mesh` dumps after the timeout instead (gloo's pg_status then counts the timed-out collective as
+its last completed one, as a watchdog's dump would show).
 Ranks are forked from this process (torch imported once), not spawned.
 """
 
@@ -29,7 +31,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-CASES = ("healthy", "size", "op", "skip", "dead", "cycle")
+CASES = ("healthy", "size", "op", "skip", "dead", "cycle", "mesh")
 TIMEOUT = timedelta(seconds=3)
 
 
@@ -107,6 +109,9 @@ def _faulty(case: str, rank: int, world: int, groups: list, out: str) -> list:
     if case == "cycle":  # rank r enters group (r, r+1) first, (r-1, r) second: a 4-rank wait cycle
         ring = groups[3:]
         return [dist.all_reduce(t, group=ring[rank], async_op=True)]
+    if case == "mesh":  # 2 x 2 mesh: ranks 0, 3 enter tp first, 1, 2 dp first: 0 -> 1 -> 3 -> 2 -> 0
+        dp, tp = groups[3:]
+        return [dist.all_reduce(t, group=tp if rank in (0, 3) else dp, async_op=True)]
     raise ValueError(case)
 
 
@@ -120,13 +125,29 @@ def _rank(rank: int, world: int, case: str, out: str, port: int) -> None:
             if rank in (r, (r + 1) % world):
                 dist.all_reduce(torch.ones(2), group=pg)
         groups += ring
+    if case == "mesh":  # the mesh's dp and tp groups again, with the short timeout that ends the hang
+        dp = [dist.new_group(r, timeout=TIMEOUT) for r in ([0, 2], [1, 3])]
+        tp = [dist.new_group(r, timeout=TIMEOUT) for r in ([0, 1], [2, 3])]
+        mine = [dp[rank % 2], tp[rank // 2]]
+        for pg in mine:
+            dist.all_reduce(torch.ones(2), group=pg)
+        groups += mine
     works = _faulty(case, rank, world, groups, out)
-    _dump(out, rank, groups)
+    if case != "mesh":
+        _dump(out, rank, groups)
     for w in works:
         try:
-            w.wait()
+            w.wait(TIMEOUT)  # mesh groups keep the default (30 min) timeout: bound the wait here
         except Exception:  # the seeded bug: a timeout or a closed connection
             pass
+    if case == "mesh":  # dumped after the timeout, as a watchdog does: pg_status counts the errored op
+        _dump(out, rank, groups)
+        # stay until every rank dumped: a peer's exit closes connections it may still time out on
+        done = [os.path.join(out, "repaired", f"rank_{r}.pkl") for r in range(world)]
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(p) for p in done) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
     os._exit(0)  # no destroy_process_group: peers may be gone or stuck
 
 

@@ -41,14 +41,18 @@ BACKEND_OPS = {
     "all_gather_coalesced": "all_gather_coalesced",
     "all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
     "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
-    "ALLGATHER_coalesced": "all_gather_into_tensor_coalesced",
-    "reduce_scatter": "reduce_scatter",
+    "ALLGATHER_coalesced": "all_gather_into_tensor_coalesced_marker",
+    # NCCL flattens a list reduce_scatter of equal chunks into one input [size * n, ...] (output
+    # [n, ...]): the tensor form. Uneven ones are `reduce_scatter_v` / `all_gather_v`: the list
+    # forms, whose chunks may differ by rank
+    "reduce_scatter": "reduce_scatter_tensor",
     "reduce_scatter_v": "reduce_scatter",
     "_reduce_scatter_base": "reduce_scatter_tensor",
     "reduce_scatter_single": "reduce_scatter_tensor",
     "reduce_scatter_tensor": "reduce_scatter_tensor",
     "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
-    "REDUCE_SCATTER_coalesced": "reduce_scatter_tensor_coalesced",
+    "REDUCE_SCATTER_coalesced": "reduce_scatter_tensor_coalesced_marker",
+    "coalesced": "coalesced",
     "broadcast": "broadcast",
     "_broadcast_oop": "broadcast",
     "reduce": "reduce",
@@ -121,11 +125,29 @@ ITEMSIZE = {
     "uint64": 8,
 }
 
+# The end markers ProcessGroupNCCL::endCoalescing records for a coalesced block (names after
+# BACKEND_OPS) -> (the op of the block's ops, the op the whole block is). A block of other ops
+# (uneven all_gather / reduce_scatter run as `_broadcast_oop` / `_reduce_oop` ops, a plain
+# `nccl:coalesced` block) is those ops coalesced: every member agrees on each op's shape.
+COALESCED_MARKERS = {
+    "coalesced": (None, None),
+    "all_gather_into_tensor_coalesced_marker": ("all_gather_into_tensor", "all_gather_into_tensor_coalesced"),
+    "reduce_scatter_tensor_coalesced_marker": ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"),
+}
+
 
 def dtype_name(fr: str | None) -> str | None:
     if not fr:
         return None
     return DTYPES.get(fr, fr.lower())
+
+
+def dtype_pair(ins: tuple, outs: tuple) -> str | None:
+    """The dtype of an entry: its input's, or 'in->out' when the output is written in another
+    dtype (a gather's non-root ranks record no output: no difference)."""
+    i = dtype_name(ins[0]) if ins else None
+    o = dtype_name(outs[0]) if outs else None
+    return f"{i}->{o}" if i and o and i != o else (i or o)
 
 
 def parse_profiling_name(name: str) -> tuple[str, str, int]:

@@ -11,6 +11,9 @@ shapes, bytes, frame = first user frame) plus two FR-only columns:
   updates an entry, so there an entry whose op_id is at most its group's
   `pg_status.last_completed_collective` counts as completed. Null in commtrace traces.
 - `record_id` (Int64): FR's record id of the entry (position in its ring buffer's history).
+- `fr_seq`, `fr_p2p_seq` (Int64): FR's own `collective_seq_id` (from 1) and `p2p_seq_id` of the
+  entry, as the raw dump says; commtrace's `seq` counts from 0 per group (collectives) and per
+  (group, src, dst) (p2p). Findings on dumps show both (analyzer.checks.fr_numbers).
 Groups come from `pg_config`, or are inferred from the entries when it is empty (gloo): a
 group's members are the ranks whose entries name it, the world is at least what the default
 group's all-gathers show (`[group size, *input]`), so a rank that left no dump is still a
@@ -70,9 +73,9 @@ PARALLEL_FROM = 32  # dumps; below that a worker pool costs more than it saves
 
 
 def _workers(n_files: int) -> int:
-    """Worker processes worth starting: on 2-3 CPUs (often shared) the pool measured slower."""
-    cpus = cpu_count()
-    return min(cpus, n_files // 8) if cpus >= 4 else 1
+    """Worker processes: one per CPU (2 included: unpickling is the cost, and a worker sends
+    back ~40 bytes per entry), never fewer than 8 dumps each."""
+    return max(1, min(cpu_count(), n_files // 8))
 
 
 def _read_all(files: list) -> list[RankDump]:
@@ -149,6 +152,8 @@ def _globalize(d: RankDump, atoms: _Atoms, pgs: dict) -> dict:
         "state": np.array(d.states + [None], dtype=object)[c["state"]],
         "ts_ns": c["ts_ns"],
         "record_id": c["record_id"],
+        "fr_seq": c["fr_seq"],
+        "fr_p2p_seq": c["fr_p2p_seq"],
     }
 
 
@@ -253,7 +258,8 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
         [sum(conv.numel(s) for s in v) if isinstance(v, list) else 0 for v in atoms.values] + [0], dtype=np.int64
     )  # per atom; index -1 is the trailing 0
     itemsize = np.array(
-        [conv.ITEMSIZE.get(v, 0) if isinstance(v, str) else 0 for v in atoms.values] + [0], dtype=np.int64
+        [conv.ITEMSIZE.get(v.split("->")[0], 0) if isinstance(v, str) else 0 for v in atoms.values] + [0],
+        dtype=np.int64,
     )
     columns = {}
     for rank, c in sorted(ranks.items()):
@@ -283,7 +289,10 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
         pl.Series(
             "state", np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else [], dtype=pl.String
         ),
-        pl.Series("record_id", np.concatenate([ranks[r]["record_id"] for r in order]) if order else [], dtype=pl.Int64),
+        *(
+            pl.Series(name, np.concatenate([ranks[r][name] for r in order]) if order else [], dtype=pl.Int64)
+            for name in ("record_id", "fr_seq", "fr_p2p_seq")
+        ),
     ]
     trace.stream = trace.stream.with_columns(extra)
     return trace

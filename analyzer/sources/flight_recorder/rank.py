@@ -8,9 +8,10 @@ handful of C calls and what travels back to the parent is ~40 bytes per entry.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 
 import numpy as np
 
@@ -94,6 +95,24 @@ def read_rank(file_kind: tuple[str, str]) -> RankDump:
     out.config = conv.config_groups(dump.get("pg_config"))
     entries = dump["entries"]
     fast = _columns(entries)
+    bad = _invalid(entries, fast)
+    if bad:
+        out.error, out.refused = f"{os.path.basename(file)}: not a Flight Recorder dump ({bad})", True
+        return out
+    try:
+        return _decode(out, dump, entries, fast)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as e:
+        out.error, out.refused = (
+            (
+                f"{os.path.basename(file)}: not a Flight Recorder dump (an entry field of an "
+                f"unexpected type: {type(e).__name__})"
+            ),
+            True,
+        )
+        return out
+
+
+def _decode(out: RankDump, dump: dict, entries: list, fast: dict) -> RankDump:
     names = _column(entries, "profiling_name", "", fast)
     frames = _column(entries, "frames", None, fast)
     if None in frames:
@@ -129,12 +148,13 @@ def read_rank(file_kind: tuple[str, str]) -> RankDump:
             )
         )
     )
-    out.dtypes = [conv.dtype_name((i or o or (None,))[0]) for i, o in pairs]
+    out.dtypes = [conv.dtype_pair(i, o) for i, o in pairs]
     seq = (
         _column(entries, "collective_seq_id", None, fast)
         if entries and "collective_seq_id" in entries[0]
         else _column(entries, "seq_id", 0)
     )
+    p2p_seq = _column(entries, "p2p_seq_id", 0) if entries and "p2p_seq_id" in entries[0] else [0] * len(entries)
     gloo = np.array([s[3] == "gloo" for s in out.sites] + [False], dtype=bool)[site]
     state = _upgrade_state(entries, _column(entries, "state", None, fast), dump.get("pg_status"), gloo)
     out.states, state_ids = _intern(state)
@@ -149,8 +169,123 @@ def read_rank(file_kind: tuple[str, str]) -> RankDump:
         "state": state_ids,
         "ts_ns": np.array(_column(entries, "time_created_ns", 0, fast), dtype=np.int64),
         "record_id": np.array(_column(entries, "record_id", 0, fast), dtype=np.int64),
+        "fr_seq": np.array(seq, dtype=np.int64),
+        "fr_p2p_seq": np.array(p2p_seq, dtype=np.int64),
     }
+    coalesced_blocks(out, _column(entries, "is_p2p", False))
     return out
+
+
+# Entries a key must hold, and the types FR writes there (a JSON dump written by hand or another
+# tool can hold anything: it is refused in one line naming the entry and key, not loaded empty).
+REQUIRED = {"profiling_name": (str,), "input_sizes": (list,), "output_sizes": (list,)}
+# (numeric columns are checked by numpy when they become arrays: a wrong type is a LoadError too)
+TYPED = {
+    "profiling_name": (str,),
+    "input_sizes": (list,),
+    "output_sizes": (list,),
+    "state": (str,),
+    "collective_seq_id": (int,),
+    "seq_id": (int,),
+    "input_dtypes": (list,),
+    "output_dtypes": (list,),
+    "process_group": (list, tuple, type(None)),
+}
+
+
+def _invalid(entries: list, fast: dict) -> str | None:
+    """Why the entries are not FR entries ('entry 3 has no key 'input_sizes''), None when sound.
+    One C-level pass per key (a set of the types seen), a Python look only when one is off."""
+    if not entries:
+        return None
+    keys = set(entries[0]) | set(entries[-1])
+    for key, types in TYPED.items():
+        if key in fast:
+            values = fast[key]
+        elif not fast and (key in REQUIRED or key in keys):  # an older or odd dump: the slow look
+            values = list(map(methodcaller("get", key, _ABSENT), entries))
+        else:  # other keys are read as numbers below, where a wrong type is a LoadError too
+            continue
+        seen = set(map(type, values))
+        if _ABSENT.__class__ in seen and key in REQUIRED:
+            return f"entry {values.index(_ABSENT)} has no key '{key}'"
+        seen.discard(_ABSENT.__class__)
+        if not seen <= set(types) or (int in types and bool in seen):
+            i = next(i for i, v in enumerate(values) if v is not _ABSENT and type(v) not in types)
+            return f"entry {i}: key '{key}' holds {type(values[i]).__name__}, expected {types[0].__name__}"
+    if "collective_seq_id" not in keys and "seq_id" not in keys:
+        return "entry 0 has no key 'collective_seq_id'"
+    return None
+
+
+class _Absent:
+    pass
+
+
+_ABSENT = _Absent()
+
+
+def coalesced_blocks(out: RankDump, is_p2p: list) -> None:
+    """ProcessGroupNCCL records each op of a coalesced block (`_coalescing_manager`, FSDP's
+    all-gathers, the slow path of uneven all_gather / reduce_scatter as `_broadcast_oop` /
+    `_reduce_oop` ops) with the block's one collective_seq_id, then an end marker from
+    endCoalescing (`nccl:coalesced`, `ALLGATHER_coalesced`, `REDUCE_SCATTER_coalesced`) with no
+    sizes. One block is one collective instance: its ops become one event (the marker's op, the
+    ops' shapes in order, the first op's call site), so it is matched and size-checked as a
+    whole and never compared as if the marker were a collective. A p2p marker (is_p2p: the end
+    of a batch_isend_irecv) only ends its block: dropped."""
+    c = out.cols
+    marker_sites = np.array([s[0] in conv.COALESCED_MARKERS for s in out.sites] + [False], dtype=bool)
+    is_marker = marker_sites[c["site"]]
+    if not is_marker.any():
+        return
+    p2p = (
+        np.array([bool(x) for x in is_p2p], dtype=bool)
+        if len(is_p2p) == len(c["site"])
+        else np.zeros(len(c["site"]), dtype=bool)
+    )
+    key = (c["pg"].astype(np.int64) << 40) | (c["fr_seq"] & ((1 << 40) - 1))
+    coll = ~p2p & (np.array([s[2] < 0 for s in out.sites] + [True], dtype=bool)[c["site"]])
+    keep = ~(is_marker & p2p)
+    block_keys = np.unique(key[is_marker & ~p2p])
+    in_block = coll & np.isin(key, block_keys) & ~is_marker
+    if in_block.any():
+        _merge_blocks(out, key, is_marker & ~p2p, in_block, keep)
+    for k, v in c.items():
+        c[k] = v[keep]
+
+
+def _merge_blocks(out: RankDump, key, marker, in_block, keep) -> None:
+    """Each marker takes its block's ops (same pg and seq): their shapes concatenated, the first
+    op's site with the marker's op; the ops themselves are dropped (Python per block only)."""
+    c = out.cols
+    shape_ids = {v: i for i, v in enumerate(out.shapes)}
+    site_ids = {v: i for i, v in enumerate(out.sites)}
+    members = {}
+    for i in np.flatnonzero(in_block).tolist():
+        members.setdefault(int(key[i]), []).append(i)
+    for m in np.flatnonzero(marker).tolist():
+        ops = members.get(int(key[m]))
+        if not ops:
+            continue
+        first = out.sites[c["site"][ops[0]]]
+        base, block_op = conv.COALESCED_MARKERS[out.sites[c["site"][m]][0]]
+        kinds = {out.sites[c["site"][i]][0] for i in ops}
+        op = block_op if kinds == {base} else (kinds.pop() if len(kinds) == 1 else "coalesced")
+        site = (op, first[1], first[2], first[3])
+        if site not in site_ids:
+            site_ids[site] = len(out.sites)
+            out.sites.append(site)
+        c["site"][m] = site_ids[site]
+        for col in ("in_shapes", "out_shapes"):
+            merged = tuple(s for i in ops for s in out.shapes[c[col][i]])
+            if merged not in shape_ids:
+                shape_ids[merged] = len(out.shapes)
+                out.shapes.append(merged)
+            c[col][m] = shape_ids[merged]
+        c["dtype"][m] = c["dtype"][ops[0]]
+        c["ts_ns"][m] = c["ts_ns"][ops[0]]
+        keep[ops] = False
 
 
 def _upgrade_state(entries: list, state: list, pg_status, gloo: np.ndarray) -> list:
