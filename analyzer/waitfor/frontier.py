@@ -134,5 +134,10 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     for row in stuck.to_dicts():
         key = op_key(row, row["rank"])
         got = arrived.get((row["group"], row["seq"]), set()) if key[0] == "c" else set()
-        out[row["rank"]] = Blocked(row["rank"], row, key, waits_for(key, got, members, present))
+        waiting = waits_for(key, got, members, present)
+        if fr_state and key[0] == "c" and not waiting:
+            # every member is in it and none completed it: in flight when the dumps were taken
+            # (or stuck inside the backend), no rank waits on another -- not a blocking point
+            continue
+        out[row["rank"]] = Blocked(row["rank"], row, key, waiting)
     return out

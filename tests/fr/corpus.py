@@ -123,6 +123,9 @@ def nccl_cases() -> dict:
     per = _ring(4, 6, {0: (5, "started"), 1: (6, "started"), 2: (6, "started"), 3: (6, "started")})
     out["nccl_rank_stuck_started"] = (dumps(per, config(4)), [("missing_collective", [0])],
                                       [("stalled_rank", [0])])
+    # a dump taken while every rank was in #3 (a healthy job, or stuck inside NCCL): nobody waits
+    per = _ring(4, 3, {r: (3, "started") for r in range(4)})
+    out["nccl_all_in_flight"] = (dumps(per, config(4)), [], [])
     # a rank that died: no dump; the others are stuck `started` in #4
     per = _ring(4, 4, {r: (4, "started") for r in range(3)})
     del per[3]
