@@ -153,7 +153,7 @@ def nccl_cases() -> dict:
     out.update(_coalesced())
     # list reduce_scatter (flattened by NCCL), uneven _v collectives, _base ops
     per = {r: [entry(0, "reduce_scatter", 1, [[4 * 8, 2]], [[8, 2]]), entry(1, "_reduce_scatter_base", 2, [[32]], [[8]]),
-               entry(2, "_allgather_base", 3, [[8]], [[32]]), entry(3, "all_gather", 4, [[8]], [[32]]),
+               entry(2, "_all_gather_base", 3, [[8]], [[32]]), entry(3, "all_gather", 4, [[8]], [[32]]),
                entry(4, "all_gather_v", 5, [[r + 1]], [[1], [2], [3], [4]]),
                entry(5, "reduce_scatter_v", 6, [[1], [2], [3], [4]], [[r + 1]]),
                entry(6, "_broadcast_oop", 7, [[6]], [[6]]), entry(7, "_reduce_oop", 8, [[6]], [[6]])]
@@ -201,7 +201,7 @@ def _coalesced() -> dict:
     out = {}
 
     def step(rid, seq, sizes):
-        es = [entry(rid + i, "_allgather_base", seq, [[n]], [[4 * n]]) for i, n in enumerate(sizes)]
+        es = [entry(rid + i, "_all_gather_base", seq, [[n]], [[4 * n]]) for i, n in enumerate(sizes)]
         es.append(entry(rid + 3, "ALLGATHER_coalesced", seq, [[]], [[]]))
         es += [entry(rid + 4 + i, "_reduce_scatter_base", seq + 1, [[4 * n]], [[n]]) for i, n in enumerate(sizes)]
         es.append(entry(rid + 7, "REDUCE_SCATTER_coalesced", seq + 1, [[]], [[]]))
