@@ -167,7 +167,7 @@ def fsdp_tp(tmp_path_factory):
         ]
     )
     assert result.exit_code == 0, result.output
-    from analyzer import load
+    from analyzer.load import load  # the package-level load() is shadowed once analyzer.load is imported
 
     return load(out)
 
