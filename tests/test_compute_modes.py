@@ -126,3 +126,22 @@ def test_bad_compute_is_one_line(tmp_path):
     cfg.write_text('[tracer]\nworld_size = 2\ncompute = "gpu"\n')
     bad = run_tracer("tracer", "record", str(cfg), cwd=tmp_path)
     assert bad.returncode == 2 and "tracer.compute must be" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_functional_collective_of_a_python_constant_is_recorded_once(tmp_path):
+    # torch.tensor(n) under FakeTensorMode keeps its value, and an op on constants only runs
+    # for real: the collective must not also reach the process group (TorchTitan's
+    # dist_sum(torch.tensor(ntokens_seen)) was recorded twice)
+    script = tmp_path / "const_reduce.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "import torch.distributed._functional_collectives as funcol\n"
+        "dist.init_process_group('gloo')\n"
+        "x = funcol.all_reduce(torch.tensor(3, dtype=torch.int64), 'sum', dist.group.WORLD)\n"
+        "funcol.wait_tensor(x)\n"
+        "dist.all_reduce(torch.ones(2))\n"
+    )
+    real, _ = _record(str(script), str(tmp_path / "r.trace"), "real", world_size=2)
+    fake, _ = _record(str(script), str(tmp_path / "f.trace"), "fake", world_size=2)
+    assert [e["op"] for e in stream(fake, 0)].count("all_reduce") == 2
+    _same_streams(real, fake)

@@ -148,24 +148,18 @@ def test_bad_torchtitan_job_is_one_line(args, words):
 # ---- recordings: TorchTitan 0.3's llama3 debug model --------------------------------------
 @pytest.fixture(scope="module")
 def fsdp_tp(tmp_path_factory):
-    """llama3 debug model, FSDP 4 x TP 2, 8 ranks, fake mode, 2 steps."""
-    out = str(tmp_path_factory.mktemp("tt") / "fsdp_tp.trace")
-    result = _record(
-        [
-            "--torchtitan",
-            "llama3:llama3_debugmodel",
-            "-n",
-            "8",
-            "-o",
-            out,
-            "--",
-            "--parallelism.data_parallel_shard_degree",
-            "4",
-            "--parallelism.tensor_parallel_degree",
-            "2",
-            *SMALL,
-        ]
+    """llama3 debug model, FSDP 4 x TP 2, 8 ranks, fake mode, 2 steps, recorded from a TOML
+    (its TorchTitan sections become TorchTitan's own overrides)."""
+    work = tmp_path_factory.mktemp("tt")
+    cfg = work / "train.toml"
+    cfg.write_text(
+        '[job]\ntorchtitan = {module = "llama3", config = "llama3_debugmodel"}\n'
+        "[training]\nsteps = 2\nseq_len = 64\nlocal_batch_size = 2\n"
+        "[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n"
+        "[tracer]\nworld_size = 8\n"
     )
+    out = str(work / "fsdp_tp.trace")
+    result = _record([str(cfg), "-o", out])
     assert result.exit_code == 0, result.output
     from analyzer.load import load  # the package-level load() is shadowed once analyzer.load is imported
 

@@ -35,6 +35,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
+    FakeTensor,
     FakeTensorMode,
     unset_fake_temporarily,
 )
@@ -78,6 +79,12 @@ class FakeCompute(FakeTensorMode):
             return super().__torch_dispatch__(func, types, args, kwargs)
         if name not in local_ops._FUNCTIONAL:
             return super().__torch_dispatch__(func, types, args, kwargs)
+        for t in local_ops._flat(args) + local_ops._flat(list((kwargs or {}).values())):
+            # a fake tensor made from a Python constant (`torch.tensor(n)`) keeps its value, and
+            # an op on constants only runs for real: the real collective would then reach the
+            # process group and be recorded a second time
+            if isinstance(t, FakeTensor) and t.constant is not None:
+                t.constant = None
         self._busy = True  # a Meta kernel built on other collectives is recorded once
         try:
             result = super().__torch_dispatch__(func, types, args, kwargs)

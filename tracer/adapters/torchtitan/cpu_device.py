@@ -5,7 +5,8 @@ TorchTitan 0.3 picks its device once, at import of `torchtitan.tools.utils`
 `device_type` / `device_module` by name when they are imported. On a CPU box that is "cuda"
 with `torch.cuda`, whose calls fail. `install()` runs before any other TorchTitan module is
 imported and makes it "cpu" with `CpuDeviceModule`: the torch.cuda-like calls TorchTitan
-makes (set_device, memory stats for its memory monitor, synchronize, ...) answered for a CPU.
+makes (set_device, memory stats for its memory monitor, synchronize, ...) answered for a CPU,
+and its local device `cpu`.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ class CpuDeviceModule:
         pass
 
 
+def _local_device() -> torch.device:
+    return torch.device("cpu")
+
+
 def install() -> None:
     """Make TorchTitan's device the CPU; must run before TorchTitan's other modules load
     (once per process: a second call finds it done)."""
@@ -86,3 +91,6 @@ def install() -> None:
     import torchtitan.tools.utils as tt_utils
 
     tt_utils.device_type, tt_utils.device_module = "cpu", CpuDeviceModule()
+    # "cpu", not "cpu:0": tensors TorchTitan moves to its device meet tensors made on "cpu", and
+    # fake compute (FakeTensor) refuses to mix the two spellings of the same device
+    tt_utils.get_local_device = _local_device

@@ -4,7 +4,8 @@
 - triton, imported at module level by kernel files every model pulls in (triton_stub.py);
 - attention: flex attention has no CPU backward; eager math in its place (attention.py);
 - under `--compute fake`, the scalars TorchTitan only observes (logged loss, grad norm, the
-  broadcast seed) read as 0 instead of forcing real compute (observed_scalars.py);
+  broadcast seed) read as 0, and weight init draws nothing, instead of forcing real compute
+  (fake_values.py);
 - `torch.distributed.set_timeout` (newer than torch 2.13; TorchTitan 0.3 calls it after the
   first step): a no-op where torch lacks it, since a dry run never waits on a timeout;
 """
@@ -26,12 +27,12 @@ def prepare_rank() -> None:
     prepare()
     import torch.distributed as dist
 
-    from tracer.adapters.torchtitan import attention, observed_scalars
+    from tracer.adapters.torchtitan import attention, fake_values
 
     if not hasattr(dist, "set_timeout"):
         dist.set_timeout = _set_timeout
     attention.install()
-    observed_scalars.install()
+    fake_values.install()
 
 
 def _set_timeout(timeout, group=None) -> None:

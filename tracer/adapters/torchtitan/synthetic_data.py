@@ -64,7 +64,9 @@ class SyntheticTokens(BaseDataLoader):
             seq_len,
             local_batch_size,
         )
-        self.generator = torch.Generator().manual_seed(config.seed + dp_rank)
+        # in local mode dp_rank is a per-rank symbolic int (LocalTensor runs every rank at once):
+        # the draw is then LocalTensorMode's own, per rank; a generator needs a plain int
+        self.generator = torch.Generator().manual_seed(config.seed + (dp_rank if isinstance(dp_rank, int) else 0))
         self.batches = 0
 
     def __iter__(self):
