@@ -40,12 +40,38 @@ def _render(json_out: bool, name: str, *args) -> None:
 
 
 def _load(path: str):
+    """The trace at `path`; exit 2 with one line when it cannot be read or holds no event at all
+    (an empty recording is bad input, not a clean run)."""
     from analyzer.load import LoadError, load
 
     try:
-        return load(path)
+        t = load(path)
     except LoadError as e:
         _fail(str(e))
+    if t.n_events == 0:
+        why = [n for n in t.notes if n.startswith(("rank", "missing"))]
+        _fail(f"{path}: no events at all, nothing to analyse" + (f" ({'; '.join(why)})" if why else ""))
+    return t
+
+
+def _output(path: str, *inputs: str | None, what: str = "-o") -> None:
+    """Refuse (one line, exit 2) an output that is one of the inputs or cannot be written,
+    before the (maybe long) load: the file stays untouched."""
+    from traceformat.output import OutputError, refuse_inputs, writable
+
+    try:
+        refuse_inputs(path, inputs, what)
+        writable(path, what)
+    except OutputError as e:
+        _fail(str(e))
+
+
+def _write(path: str, mode: str = "w"):
+    """An open temp file that replaces `path` once written: a failed or interrupted command
+    leaves no half-written file (checked writable by _output first)."""
+    from traceformat.output import atomic_open
+
+    return atomic_open(path, mode)
 
 
 @app.command()
@@ -66,8 +92,9 @@ def check(
     trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
     json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
 ) -> None:
-    """Mismatched collectives, skipped collectives, p2p and group-creation errors, with culprits.
-    Exit 0 when clean, 1 with findings."""
+    """Mismatched collectives, skipped collectives, p2p and group-creation errors, ranks that
+    failed or left no events, with culprits. Exit 0 when clean, 1 with findings, 2 bad input or
+    no events at all."""
     from analyzer.checks import run_checks
 
     t = _load(trace)
@@ -88,14 +115,17 @@ def hang(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
 ) -> None:
-    """Post-mortem of a hang: stuck ranks, wait-for graph, root causes. Exit 0 no hang, 1 hang."""
+    """Post-mortem of a hang: stuck ranks, wait-for graph, root causes. Exit 0 no hang, 1 hang
+    (or failed / missing ranks)."""
     from analyzer.hang import analyze, frontier_rows
 
+    if dot:
+        _output(dot, trace, expected, what="--dot")
     t = _load(trace)
     golden = _load(expected) if expected else None
     report = analyze(t, golden, eager_bytes)
     if dot:
-        with open(dot, "w") as f:
+        with _write(dot) as f:
             f.write(report.dot)
     _render(json_out, "hang", t, report, frontier_rows(t, report))
     raise typer.Exit(1 if report.hung or report.findings else 0)
@@ -121,7 +151,9 @@ def diff(
     ),
 ) -> None:
     """How the comm pattern moved from A to B: first divergence per rank class, inserted /
-    removed / changed runs, and volume per mesh dim x op x phase. Exit 0 equal, 1 different."""
+    removed / changed runs, and volume per mesh dim x op x phase. Exit 0 equal, 1 different or
+    either side has failed or missing ranks."""
+    from analyzer.checks import missing_ranks
     from analyzer.diff import diff_traces
     from analyzer.normalize import Options, parse_aliases
 
@@ -133,31 +165,12 @@ def diff(
     options.aliases = extra if no_aliases else {**options.aliases, **extra}
     ta, tb = _load(a), _load(b)
     d = diff_traces(ta, tb, options)
-    _render(json_out, "diff", ta, tb, d)
-    raise typer.Exit(0 if d.equal else 1)
+    incomplete = {"a": missing_ranks.check(ta), "b": missing_ranks.check(tb)}  # failed or missing ranks
+    _render(json_out, "diff", ta, tb, d, incomplete)
+    raise typer.Exit(0 if d.equal and not incomplete["a"] and not incomplete["b"] else 1)
 
 
 EXPORT_FORMATS = ("perfetto", "parquet", "json")
-
-
-def _writable(path: str) -> None:
-    """Fail before the (maybe long) load when -o cannot be written."""
-    import os
-
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        _fail(f"{path}: is a folder (give a file name with -o)")
-    if not os.path.isdir(folder):
-        _fail(f"{path}: cannot write (no folder {folder})")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        _fail(f"{path}: cannot write (permission denied)")
-
-
-def _open(path: str, mode: str):
-    try:
-        return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
-    except OSError as e:
-        _fail(f"{path}: cannot write ({e.strerror})")
 
 
 @app.command()
@@ -189,7 +202,7 @@ def export(
         _fail(f"--format {fmt!r}: expected one of {', '.join(EXPORT_FORMATS)}")
     if time not in ("auto", "logical", "real"):
         _fail(f"--time {time!r}: expected auto, logical or real")
-    _writable(output)
+    _output(output, trace)
     t = _load(trace)
     if ranks != "all":
         from traceformat.ranks import parse_ranks
@@ -201,7 +214,7 @@ def export(
     if fmt == "perfetto":
         from analyzer.render.perfetto import write_perfetto
 
-        with _open(output, "w") as f:
+        with _write(output) as f:
             n = write_perfetto(t, f, time)
         typer.echo(
             f"wrote {output}: {n['slices']} slices on {n['tracks']} tracks, {n['flows']} p2p flows, "
@@ -210,14 +223,14 @@ def export(
     elif fmt == "parquet":
         from analyzer.render.frames import groups_path, write_parquet
 
-        _writable(groups_path(output))
-        with _open(output, "wb") as events_out, _open(groups_path(output), "wb") as groups_out:
+        _output(groups_path(output), trace, output)
+        with _write(output, "wb") as events_out, _write(groups_path(output), "wb") as groups_out:
             write_parquet(t, events_out, groups_out)
         typer.echo(f"wrote {output} ({t.events.height} events) and {groups_path(output)} ({t.groups.height} groups)")
     else:
         from analyzer.render.frames import write_json
 
-        with _open(output, "w") as f:
+        with _write(output) as f:
             write_json(t, f)
         typer.echo(f"wrote {output} ({t.events.height} events, {t.groups.height} groups)")
 
@@ -240,7 +253,7 @@ def report(
     gate CI on `analyzer check`), 2 bad input."""
     from analyzer.report import ReportInputs, build_report
 
-    _writable(output)
+    _output(output, trace, diff_with, expected)
     t = _load(trace)
     other = _load(diff_with) if diff_with else None
     golden = _load(expected) if expected else None
@@ -250,7 +263,7 @@ def report(
     from analyzer.render.html import render
 
     page = render(rep)
-    with _open(output, "w") as f:
+    with _write(output) as f:
         f.write(page)
     hung = rep.hang is not None and rep.hang.hung
     typer.echo(

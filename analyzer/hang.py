@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import polars as pl
 
-from analyzer.checks import fr_numbers
+from analyzer.checks import fr_numbers, rank_status
 from analyzer.checks.common import group_table
 from analyzer.checks.ordering import cycle_findings, key_text
 from analyzer.findings import Finding, group_text, ranks_text
@@ -73,6 +73,11 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
             f"; replayed, this leaves rank{'s' if len(waiting) > 1 else ''} {ranks_text(waiting)} "
             f"blocked waiting for rank{'s' if len(sinks) > 1 else ''} {ranks_text(sinks)}"
         )
+    # ranks that failed or left nothing are root causes too, unless the hang explains them: a stuck
+    # rank's stream ends where it was stuck, a stalled rank's finding says how it ended
+    explained = set(stuck) | {r for f in found if f.kind == "stalled_rank" for r in f.culprit_ranks}
+    explained |= {r for _, sinks in caused.values() for r in sinks}
+    found += rank_status.check(trace, explained)
     labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
     found = fr_numbers.annotate(trace, found)
     return HangReport(

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 
 from analyzer import sources
@@ -23,9 +24,20 @@ def load(path: str | os.PathLike, **options) -> Trace:
     if not os.path.exists(path) and os.path.isdir(path + ".parts"):
         notes.append(f"{path} was never written (recording interrupted); loaded {path}.parts")
         path = path + ".parts"
+    elif os.path.isfile(path) and _newer_parts(path):
+        notes.append(
+            f"{path}.parts/ holds parts newer than {path} (a recording interrupted or failed since?): "
+            f"this is the older {path}; `analyzer check {path}.parts` reads the newer parts"
+        )
     source = sources.find(path)
     if source is None:
         raise LoadError(f"{path}: no such file")
     trace = source.load(path, **options)
     trace.notes[:0] = notes
     return trace
+
+
+def _newer_parts(path: str) -> bool:
+    """Whether OUT.trace.parts/ holds a part written after OUT.trace (a recording stopped since)."""
+    parts = glob.glob(os.path.join(path + ".parts", "*.part"))
+    return bool(parts) and max(os.path.getmtime(p) for p in parts) > os.path.getmtime(path)

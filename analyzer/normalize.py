@@ -118,7 +118,10 @@ def _atom_text(trace: Trace, column: str) -> pl.Expr:
     def text(a):
         if column == "info" and isinstance(a, dict):  # mesh: shape and dims, not absolute ranks
             a = {k: a[k] for k in ("how", "shape", "dims", "api") if k in a}
-        return json.dumps(a, separators=(",", ":"), sort_keys=True).replace(" ", "")
+        try:
+            return json.dumps(a, separators=(",", ":"), sort_keys=True).replace(" ", "")
+        except (TypeError, ValueError):  # not JSON (bytes, mixed key types): a corrupt atom, as text
+            return repr(a)
 
     lookup = pl.Series([text(a) for a in trace.atoms] + [""], dtype=pl.String)
     ids = trace.patterns[column].to_numpy()

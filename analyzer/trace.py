@@ -117,11 +117,14 @@ class Trace:
     @property
     def missing_ranks(self) -> list[int]:
         """Ranks the recording was asked for that left no stream."""
-        asked = (self.header.get("config") or {}).get("ranks") or self.header.get("ranks", [])
-        return sorted(set(asked) - set(self.ranks))
+        config = self.header.get("config")
+        asked = (config.get("ranks") if isinstance(config, dict) else None) or self.header.get("ranks") or []
+        asked = asked if isinstance(asked, list) else []  # a header is untrusted input: ints only
+        return sorted({r for r in asked if type(r) is int and 0 <= r < self.world_size} - set(self.ranks))
 
     def atom(self, aid: int) -> Any:
-        return None if aid < 0 else self.atoms[aid]
+        """The atom `aid`; None for -1 (and for an id past the table: a corrupt trace)."""
+        return self.atoms[aid] if 0 <= aid < len(self.atoms) else None
 
 
 _STREAM_BASE = ("rank", "idx", "code", *codec.STREAM_COLUMNS)
@@ -161,7 +164,10 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None) -> Trace:
     status = {r: dict(e) for r, e in data.ends.items()}
     for r in ranks:
         status.setdefault(r, {"n": n_of.get(r, 0), "status": "truncated", "error": None})
-    truncated = data.truncated_at is not None or any(s["status"] == "truncated" for s in status.values())
+    for r, s in _header_status(data.header).items():  # the recorder's word on ranks stopped from outside
+        if status.get(r, {}).get("status") in (None, "truncated"):
+            status[r] = {"n": n_of.get(r, 0), "status": s["status"], "error": s.get("why")}
+    truncated = data.truncated_at is not None or any(s["status"] not in ("ok", "error") for s in status.values())
     trace = Trace(
         header=data.header,
         patterns=patterns,
@@ -183,6 +189,20 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None) -> Trace:
         who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {ranks_text(rs)}"
         trace.notes.append(f"{who}: {state}" + (f": {error}" if error else ""))
     return trace
+
+
+def _header_status(header: dict) -> dict[int, dict]:
+    """The header's `rank_status` (rank -> status, why), kept where it is well-formed: the header
+    is input like any other."""
+    given = header.get("rank_status")
+    world = header.get("world_size", 0)
+    if not isinstance(given, dict):
+        return {}
+    return {
+        r: {"status": s["status"], "why": s.get("why") if isinstance(s.get("why"), str) else None}
+        for r, s in given.items()
+        if type(r) is int and 0 <= r < world and isinstance(s, dict) and isinstance(s.get("status"), str)
+    }
 
 
 def _frames(data: fmt.TraceData, ranks: list[int]) -> tuple[pl.DataFrame, pl.DataFrame, dict[int, int]]:

@@ -7,6 +7,26 @@ import sys
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis in CI is derandomized: the same examples on every run, so a failure found on CI
+# replays anywhere (and CI cannot fail at random). HYPOTHESIS_PROFILE=explore searches afresh;
+# pin what it finds with @example. The campaign at scale is bench/fuzz.py.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "explore",
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs")

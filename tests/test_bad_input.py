@@ -37,11 +37,35 @@ def test_missing_script(tmp_path):
         (["-n", "4", "--ranks", "2-9"], "outside 0..3"),
         (["-n", "4", "--ranks", "x"], "--ranks"),
         (["-n", "4", "--mode", "mpi"], "--mode"),
+        (["-n", "-3"], "--world-size must be at least 1"),
+        (["-n", "2", "-j", "-1"], "--jobs must be at least 1"),
+        (["-n", "2", "-j", "0"], "--jobs must be at least 1"),
+        (["-n", "2", "--timeout", "-5"], "--timeout must be a positive number"),
+        (["-n", "2", "--timeout", "0"], "--timeout must be a positive number"),
+        (["-n", "2", "--timeout", "nan"], "--timeout must be a positive number"),
     ],
 )
 def test_bad_options(tmp_path, args, msg):
     p = run("tracer", "record", "--script", program("rank_branch"), *args, cwd=tmp_path)
     assert p.returncode == 2 and msg in one_line_error(p)
+    assert os.listdir(tmp_path) == []  # refused before any process started or parts folder was made
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["-j", "-1"], "--jobs must be at least 1"),
+        (["--timeout", "-5"], "--timeout must be a positive number"),
+        (["--ranks", "0,9"], "outside 0..3"),
+        (["-n", "0"], "--world-size must be at least 1"),
+    ],
+)
+def test_bad_options_with_a_config(tmp_path, args, msg):
+    from conftest import REPO
+
+    p = run("tracer", "record", os.path.join(REPO, "examples", "fsdp.toml"), *args, cwd=tmp_path)
+    assert p.returncode == 2 and msg in one_line_error(p)
+    assert os.listdir(tmp_path) == []
 
 
 def test_wrong_world_size_names_rank_and_cause(tmp_path):

@@ -50,8 +50,12 @@ def test_skip_reports_the_right_place_and_no_cascade(recorded):
 def test_rank_that_stops_is_one_finding_per_group(recorded):
     path, _ = recorded("raises", 4, "fake")
     found = run_checks(load(path))
-    assert [(f.kind, f.culprit_ranks, f.extra["detail"]) for f in found] == [("missing_collective", [2], "stopped")]
+    assert [(f.kind, f.culprit_ranks, f.extra.get("detail")) for f in found] == [
+        ("missing_collective", [2], "stopped"),
+        ("failed_rank", [2], None),
+    ]
     assert "ValueError: bad batch on rank 2" in found[0].message
+    assert found[1].message.startswith("rank 2 raised: ValueError: bad batch on rank 2 (")
 
 
 HEALTHY = [
@@ -129,4 +133,8 @@ def test_missing_rank_is_noted_and_the_rest_checked(recorded, tmp_path):
     t = load(tmp_path)
     assert t.ranks == [0, 1, 2] and t.missing_ranks == [3]
     assert any("missing ranks" in n and "3" in n for n in t.notes)
-    assert [(f.kind, f.culprit_ranks) for f in run_checks(t)] == [("dtype_mismatch", [2])]
+    found = run_checks(t)
+    assert [(f.kind, f.culprit_ranks) for f in found] == [("dtype_mismatch", [2]), ("missing_rank", [3])]
+    assert found[1].message == (
+        "rank 3 left no events (its process most likely died before recording anything: see its log)"
+    )

@@ -73,6 +73,4 @@ def canonical(data: fmt.TraceData, root: str, cwd: str) -> fmt.TraceData:
 def write_golden(trace_path: str, golden_path: str, root: str, cwd: str | None = None) -> None:
     data = canonical(trace_reader.read_trace(trace_path), root, cwd or os.getcwd())
     os.makedirs(os.path.dirname(golden_path) or ".", exist_ok=True)
-    tmp = golden_path + ".tmp"
-    trace_parts.write_data(tmp, data)
-    os.replace(tmp, golden_path)
+    trace_parts.write_data(golden_path, data)  # atomic: a temp file renamed into place

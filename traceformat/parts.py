@@ -22,6 +22,7 @@ from traceformat.format import (
     TraceWriter,
     default_row,
 )
+from traceformat.output import atomic_path
 from traceformat.reader import read_header, read_trace
 from traceformat.workers import chunksize, cpu_count, pool
 
@@ -86,22 +87,23 @@ def merge(
     header = dict(headers[0], part=False, ranks=sorted({r for h in headers for r in h.get("ranks", [])}))
     header.update(header_updates or {})
     summary = TraceData(header=header)
-    writer = TraceWriter(out_path, header)
-    tables = _Tables(writer)
-    try:
-        for path in parts:
-            data = read_trace(path)
-            summary.notes.extend(data.notes)
-            for rank, cols in tables.remap(data).items():
-                writer.block(rank, cols)
-            for rank in data.header.get("ranks", []):
-                end = summary.ends[rank] = _rank_end(data, rank)
-                writer.end(rank, end["n"], end["status"], end["error"])
-        writer.footer()
-        summary.groups = tables.groups
-        summary.complete = True
-    finally:
-        writer.close()
+    with atomic_path(out_path) as tmp:  # a failed or interrupted merge leaves out_path as it was
+        writer = TraceWriter(tmp, header)
+        tables = _Tables(writer)
+        try:
+            for path in parts:
+                data = read_trace(path)
+                summary.notes.extend(data.notes)
+                for rank, cols in tables.remap(data).items():
+                    writer.block(rank, cols)
+                for rank in data.header.get("ranks", []):
+                    end = summary.ends[rank] = _rank_end(data, rank)
+                    writer.end(rank, end["n"], end["status"], end["error"])
+            writer.footer()
+            summary.groups = tables.groups
+            summary.complete = True
+        finally:
+            writer.close()
     return summary
 
 
@@ -159,6 +161,11 @@ def _read_detached(path: str) -> TraceData:
 def write_data(path: str | os.PathLike, data: TraceData, rows: bool = False) -> None:
     """Write decoded data back: as a merged trace (pattern blocks, what goldens are), or with
     `rows` as a part-style file of one row per event (for tests of the streamed form)."""
+    with atomic_path(path) as tmp:
+        _write_data(tmp, data, rows)
+
+
+def _write_data(path: str, data: TraceData, rows: bool) -> None:
     w = TraceWriter(path, dict(data.header))
     try:
         if rows:

@@ -7,6 +7,7 @@ record keep their events in the trace).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import typer
@@ -54,10 +55,10 @@ def record(
     ranks: str = typer.Option(None, "--ranks", help="Ranks to record: all, or e.g. 0,3,8-15."),
     out: str = typer.Option(None, "--out", "-o", help="Output .trace (default: <script>.trace)."),
     timeout: float = typer.Option(
-        0, "--timeout", help="Kill a rank after this many seconds (0: never); what it recorded is kept."
+        None, "--timeout", help="Kill a rank after this many seconds (default: never); what it recorded is kept."
     ),
     jobs: int = typer.Option(
-        0, "--jobs", "-j", help="Ranks recorded at once (default: one per core, or the Ray cluster's CPUs)."
+        None, "--jobs", "-j", help="Ranks recorded at once (default: one per core, or the Ray cluster's CPUs)."
     ),
     compute: str = typer.Option(
         None,
@@ -81,12 +82,17 @@ def record(
     from tracer.compute import resolve as resolve_compute
     from tracer.modes import ALIASES
     from tracer.program import Program
+    from tracer.record import check_options
     from tracer.record import record as run_record
 
+    try:  # the numbers first: nothing is read or started with a bad one
+        check_options(world_size=world_size, timeout=timeout, jobs=jobs)
+    except ValueError as e:
+        _fail(str(e))
     if config is not None and (script or entrypoint or torchtitan) is not None and not config.endswith(".toml"):
         ctx.args.insert(0, config)  # `--script x.py -- ARGS`: click hands the first ARG to CONFIG
         config = None
-    run = dict(timeout=timeout or None, jobs=jobs or None, executor=executor, ray_address=ray_address)
+    run = dict(timeout=timeout, jobs=jobs, executor=executor, ray_address=ray_address)
     if torchtitan is not None:
         if config is not None or script is not None or entrypoint is not None:
             _fail("give --torchtitan MODULE:CONFIG alone (not with a CONFIG.toml, --script or --entrypoint)")
@@ -108,8 +114,6 @@ def record(
     program = Program(script=script, entrypoint=entrypoint, args=list(ctx.args))
     try:
         program.check()
-        if world_size < 1:
-            raise ValueError(f"--world-size must be at least 1, got {world_size}")
         rank_list = parse_ranks(ranks, world_size)
         used, why = resolve_compute(compute or "auto", ALIASES[mode])
     except ValueError as e:
@@ -124,8 +128,8 @@ def record(
         ranks=rank_list,
         compute=used,
         compute_why=why,
-        timeout=timeout or None,
-        jobs=jobs or None,
+        timeout=timeout,
+        jobs=jobs,
         executor=executor,
         ray_address=ray_address,
     )
@@ -150,8 +154,6 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compu
     if mode is not None and mode not in ALIASES:
         _fail(f"--mode must be fake or local (or fake_backend / local_tensor), got {mode!r}")
     try:
-        if world_size is not None and world_size < 1:
-            raise ValueError(f"--world-size must be at least 1, got {world_size}")
         cfg = config_mod.load(path, world_size=world_size)
         program = config_mod.program(cfg)
         program.check()
@@ -181,10 +183,15 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compu
 
 
 def _run(run_record, program, **kwargs) -> None:
+    from tracer.record import Interrupted
+
     try:
         result = run_record(program, **kwargs)
-    except ValueError as e:  # e.g. the Ray cluster cannot be reached
+    except ValueError as e:  # bad options, an output that is an input, no torch, no Ray cluster...
         _fail(str(e))
+    except Interrupted as e:
+        typer.echo(e.message, err=True)
+        raise typer.Exit(128 + e.signum)
     _report(result)
 
 
@@ -192,6 +199,11 @@ def _report(result) -> None:
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     n = sum(result.n_events.values())
+    if not result.written:
+        typer.echo(f"error: no rank recorded anything; {result.out} not written", err=True)
+        for line in list(result.errors.values())[:1]:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2)
     typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}", err=True)
     if result.errors:
         for line in list(result.errors.values())[:1]:
@@ -217,10 +229,14 @@ def merge(
     """Join per-rank parts and shards (of an interrupted or sharded recording) into one trace."""
     from traceformat import format as fmt
     from traceformat import parts as trace_parts
+    from traceformat.output import refuse_inputs, writable
     from tracer.record import collect_parts
 
     try:
+        refuse_inputs(out, inputs)
+        writable(out)
         files = collect_parts(inputs)
+        refuse_inputs(out, files)
         summary = trace_parts.merge(files, out)
     except (ValueError, fmt.TraceFormatError) as e:
         _fail(str(e))
@@ -243,13 +259,20 @@ def replay(
     """Re-issue a recorded comm pattern on a real backend, no model. Exit 0 completed (prints time
     and bandwidth per op and group), 1 hung or failed (prints the hang analysis), 2 bad input."""
     from traceformat import format as fmt
+    from traceformat.output import refuse_inputs, writable
     from tracer.replay import ReplayError
     from tracer.replay import replay as run_replay
 
     out = out or os.path.splitext(trace)[0] + ".replay.trace"
     try:
+        if not timeout > 0:
+            raise ValueError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+        if steps is not None and steps < 1:
+            raise ValueError(f"--steps must be at least 1, got {steps}")
+        refuse_inputs(out, [trace])
+        writable(out)
         result = run_replay(trace, out=out, timeout=timeout, steps=steps, prefix=prefix, backend=backend)
-    except (ReplayError, fmt.TraceFormatError) as e:
+    except (ValueError, ReplayError, fmt.TraceFormatError) as e:
         _fail(str(e))
     from rich.console import Console
 
@@ -324,12 +347,19 @@ def golden_update(
     repo-relative paths); commit traces/ afterwards."""
     import tempfile
 
+    from traceformat.output import OutputError, refuse_inputs
     from tracer.golden import record_all, update
 
     _examples_folder(examples)
     for p in given or ():
         if not os.path.exists(p):
             _fail(f"{p}: no such file")
+        try:  # the golden this trace would rewrite is not the trace itself
+            refuse_inputs(
+                os.path.join(traces_dir, os.path.splitext(os.path.basename(p))[0] + ".trace"), [p], what="golden"
+            )
+        except OutputError as e:
+            _fail(str(e))
     with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
         if given:
             traces, errors = {os.path.splitext(os.path.basename(p))[0]: p for p in given}, {}
@@ -363,11 +393,18 @@ def _rate(bps: float) -> str:
     return ""
 
 
+def _terminated(signum, frame) -> None:
+    from tracer.record import Interrupted
+
+    raise Interrupted(signum)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)  # unwind like Ctrl-C: the ranks are killed, the parts kept
     try:
         app()
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        sys.exit(128 + getattr(e, "signum", signal.SIGINT))
 
 
 if __name__ == "__main__":

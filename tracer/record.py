@@ -12,18 +12,33 @@ a channel folder in the parts folder (tracer/capture/channel.py).
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import shutil
+import signal
+import sys
 import time
 from dataclasses import dataclass, field
 
 from traceformat import parts as trace_parts
+from traceformat.output import OutputError, refuse_inputs, writable
 from traceformat.ranks import ranks_text
 from traceformat.workers import cpu_count
 from tracer import executors
 from tracer.capture import channel
 from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
+
+INSTALL_TORCH = "pip install torch==2.13.0 (pin it: an unpinned torch can pull a multi-GB CUDA build)"
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM while recording (the CLI turns SIGTERM into this); `signum` says which."""
+
+    def __init__(self, signum: int = signal.SIGINT, message: str = ""):
+        super().__init__(message)
+        self.signum = signum
+        self.message = message
 
 
 @dataclass(kw_only=True, slots=True)
@@ -42,6 +57,59 @@ class RecordResult:
     """"fake" or "real" per rank: how its tensor math ran."""
     notes: list[str] = field(default_factory=list)
     """Things the user should know (e.g. ranks re-recorded with real compute), one line each."""
+    written: bool = False
+    """Whether `out` was written (False when no rank recorded anything: the old file stays)."""
+
+
+def check_options(
+    *,
+    world_size: int | None = None,
+    ranks: list[int] | None = None,
+    timeout: float | None = None,
+    jobs: int | None = None,
+) -> None:
+    """Every number a recording takes, checked in one place before any process starts
+    (ValueError, one line). None means "not given" (the default applies)."""
+    if world_size is not None and world_size < 1:
+        raise ValueError(f"--world-size must be at least 1, got {world_size}")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {jobs} (omit it for one per core)")
+    if timeout is not None and not timeout > 0:  # also NaN
+        raise ValueError(f"--timeout must be a positive number of seconds, got {timeout:g} (omit it: no timeout)")
+    if ranks is not None:
+        if not ranks:
+            raise ValueError("--ranks: no ranks to record")
+        bad = sorted(r for r in ranks if world_size is not None and not 0 <= r < world_size)
+        if bad:
+            raise ValueError(f"--ranks: {bad[:8]} outside 0..{world_size - 1}")
+
+
+def check_output(out: str, program: Program, config_file: str | None = None) -> None:
+    """The trace, and the parts folder the ranks stream into (emptied first), never hold the
+    program or its config (OutputError, one line)."""
+    inputs = [program.script, config_file]
+    refuse_inputs(out, inputs)
+    writable(out)
+    parts_dir = out + ".parts"
+    for given in inputs:
+        if (
+            given is not None
+            and os.path.exists(given)
+            and os.path.isdir(parts_dir)
+            and os.path.commonpath([os.path.realpath(given), os.path.realpath(parts_dir)])
+            == os.path.realpath(parts_dir)
+        ):
+            raise OutputError(
+                f"-o {out}: its parts folder {parts_dir} holds an input ({given}) and is emptied "
+                "when recording starts: give another output path"
+            )
+
+
+def check_torch(executor: str) -> None:
+    """Ranks run here need torch: say how to install it before any rank starts (a Ray cluster
+    brings its own)."""
+    if executor == "local" and importlib.util.find_spec("torch") is None:
+        raise ValueError(f"tracer record needs torch, which {sys.executable} cannot import: {INSTALL_TORCH}")
 
 
 def record(
@@ -63,8 +131,7 @@ def record(
     """`compute`: "real" or "fake" (fake mode only; see tracer/compute.py), `compute_why` the
     reason for it, kept in the trace header. `executor`: "local" or "ray" (tracer/executors)."""
     program.check()
-    if world_size < 1:
-        raise ValueError(f"--world-size must be at least 1, got {world_size}")
+    check_options(world_size=world_size, ranks=ranks, timeout=timeout, jobs=jobs)
     if mode not in ("fake", "local"):
         raise ValueError(f"--mode must be fake or local, got {mode!r}")
     if compute not in ("fake", "real"):
@@ -73,6 +140,8 @@ def record(
         raise ValueError("--compute fake needs --mode fake (local mode computes every rank with LocalTensor)")
     if executor not in executors.EXECUTORS:
         raise ValueError(f"--executor must be one of {', '.join(executors.EXECUTORS)}, got {executor!r}")
+    check_output(out, program, (config or {}).get("config_file"))
+    check_torch(executor)
     ranks = list(range(world_size)) if ranks is None else ranks
     parts_dir = out + ".parts"
     shutil.rmtree(parts_dir, ignore_errors=True)
@@ -102,23 +171,32 @@ def record(
     except ValueError:  # the executor could not start (e.g. no Ray cluster there): nothing recorded
         shutil.rmtree(parts_dir, ignore_errors=True)
         raise
+    except KeyboardInterrupt as e:  # the executor killed the ranks on its way out
+        raise _interrupted(e, out, parts_dir, ranks) from None
     again = [i for i, code in enumerate(outcomes) if code == NEEDS_REAL_COMPUTE]
-    if again:  # fake compute met a tensor value: those ranks again, computing for real
-        _note_fallback(result, [todo[i] for i in again])
-        channel.forget_done(channel.channel_dir(parts_dir), [r for i in again for r in todo[i].ranks])
-        redo = [Job(ranks=todo[i].ranks, compute="real", **common) for i in again]
-        for i, job, code in zip(again, redo, run(redo)):
-            todo[i], outcomes[i] = job, code
-    result.compute = {r: job.compute for job in todo for r in job.ranks}
-    parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in ranks]
-    present = [p for p in parts if os.path.exists(p)]
-    header = {
-        "world_size": world_size,
-        "mode": mode,
-        "compute": _compute_header(result.compute),
-        "compute_why": compute_why if not again else result.notes[-1],
-    }
-    summary = trace_parts.merge(present, out, header) if present else None
+    try:
+        if again:  # fake compute met a tensor value: those ranks again, computing for real
+            _note_fallback(result, [todo[i] for i in again])
+            channel.forget_done(channel.channel_dir(parts_dir), [r for i in again for r in todo[i].ranks])
+            redo = [Job(ranks=todo[i].ranks, compute="real", **common) for i in again]
+            for i, job, code in zip(again, redo, run(redo)):
+                todo[i], outcomes[i] = job, code
+        result.compute = {r: job.compute for job in todo for r in job.ranks}
+        parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in ranks]
+        present = [p for p in parts if os.path.exists(p)]
+        header = {
+            "world_size": world_size,
+            "mode": mode,
+            "compute": _compute_header(result.compute),
+            "compute_why": compute_why if not again else result.notes[-1],
+        }
+        stopped = _rank_status(todo, outcomes, timeout)
+        if stopped:  # only when some rank was stopped from outside: a clean header stays as it was
+            header["rank_status"] = stopped
+        summary = trace_parts.merge(present, out, header) if present else None  # atomic: all or nothing
+    except KeyboardInterrupt as e:
+        raise _interrupted(e, out, parts_dir, ranks) from None
+    result.written = summary is not None
     for job, code in zip(todo, outcomes):
         for r in job.ranks:
             end = summary.ends.get(r) if summary else None
@@ -134,6 +212,42 @@ def record(
     if not result.errors:
         shutil.rmtree(parts_dir, ignore_errors=True)
     return result
+
+
+def _rank_status(todo: list[Job], outcomes: list, timeout: float | None) -> dict[int, dict]:
+    """What the trace header says of ranks whose process did not finish by itself (killed,
+    timed out, never started): their parts cannot say it (a program's own exception is in its
+    part's end record). Ranks that finished are left out: a header stays small at 100k ranks."""
+    out = {}
+    for job, code in zip(todo, outcomes):
+        if code in (0, 3):
+            continue
+        status = (
+            "timed_out"
+            if code == "timeout"
+            else "not_started"
+            if isinstance(code, str) or code is None
+            else "killed"
+            if code < 0
+            else "exited"
+        )
+        for r in job.ranks:
+            out[r] = {"status": status, "why": _exit_reason(code, timeout)}
+    return out
+
+
+def _interrupted(e: KeyboardInterrupt, out: str, parts_dir: str, ranks: list[int]) -> Interrupted:
+    """One line: what an interrupted recording kept, and where."""
+    signum = getattr(e, "signum", signal.SIGINT)
+    present = glob.glob(os.path.join(parts_dir, "rank_*.part"))
+    size = sum(os.path.getsize(p) for p in present)
+    old = f"{out} left as it was" if os.path.exists(out) else f"{out} not written"
+    return Interrupted(
+        signum,
+        f"interrupted ({signal.Signals(signum).name}): ranks stopped; kept what "
+        f"{len(present)} of {len(ranks)} rank(s) recorded ({size:,} bytes) in {parts_dir}/ "
+        f"({old}); join them with: tracer merge {parts_dir} -o {out}",
+    )
 
 
 def collect_parts(inputs: list[str]) -> list[str]:

@@ -184,6 +184,8 @@ def check(trace: Trace) -> list[Finding]:
     mapped: list[pl.DataFrame] = []  # deviating ranks' rows with their majority position
     for gid in sorted(per["group"].unique().to_list()):
         members = [r for r in groups[gid]["ranks"] if r in present]
+        if not members:  # only non-members issued on it (a corrupt trace): nobody to compare
+            continue
         votes = {r: sig.get((gid, r), (0, 0)) for r in members}
         value, deviants = majority(votes)
         rep = min(r for r, v in votes.items() if v == value)

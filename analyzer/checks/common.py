@@ -39,7 +39,10 @@ def atom_values(trace: Trace, ids) -> dict[int, Any]:
 
 
 def majority(values: dict[int, Any]) -> tuple[Any, list[int]]:
-    """(majority value, deviating ranks). Without a strict majority every rank deviates."""
+    """(majority value, deviating ranks). Without a strict majority every rank deviates; no
+    votes at all (a group none of whose members has a stream): (None, [])."""
+    if not values:
+        return None, []
     counts = Counter(values.values())
     value, n = counts.most_common(1)[0]
     if n * 2 <= len(values) and len(counts) > 1:

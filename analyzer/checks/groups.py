@@ -27,6 +27,8 @@ def check(trace: Trace) -> list[Finding]:
             continue
         views = {r: (tuple(m), lab) for r, m, lab in rows.select("rank", "ranks", "label").iter_rows()}
         value, culprits = majority(views)
+        if not culprits:  # the same members under two gids (duplicated group records): no disagreement
+            continue
         frames = {r: f for r, f in rows.select("rank", "frame").iter_rows()}
         calls = {r: c for r, c in rows.select("rank", "call").iter_rows()}
         per_culprits.setdefault(tuple(culprits), []).append((name, views, value, frames, calls))

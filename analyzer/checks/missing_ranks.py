@@ -2,8 +2,8 @@
 
 A rank whose process died (a crash, an OOM kill, a failed assertion) writes no dump; the other
 members of its groups are then stuck in the collective it never joined, and their dumps show
-it as not completed. Only dumps carry that `state` (commtrace traces have none: a missing part
-there is a note, not a finding). Per group with a missing member, the collective the present
+it as not completed. Only dumps carry that `state`; ranks missing or failed otherwise (commtrace
+traces, dumps nobody waits on) are reported by checks/rank_status.py. Per group with a missing member, the collective the present
 members are blocked in is the latest uncompleted one each entered (a dump ends where its rank
 was stuck; whether earlier entries show as completed depends on when gloo updated its status).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analyzer.checks import rank_status
 from analyzer.checks.common import group_table
 from analyzer.findings import Finding, group_text, ranks_text
 from analyzer.trace import Trace
@@ -19,6 +20,13 @@ from traceformat.format import COLLECTIVE_OPS
 
 
 def check(trace: Trace) -> list[Finding]:
+    """Missing dumps where their peers wait, then every other rank that failed or left nothing
+    (checks/rank_status.py)."""
+    waited = _waited_on(trace)
+    return waited + rank_status.check(trace, {r for f in waited for r in f.culprit_ranks})
+
+
+def _waited_on(trace: Trace) -> list[Finding]:
     missing = set(trace.missing_ranks)
     if not missing or "state" not in trace.stream.columns:
         return []

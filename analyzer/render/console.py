@@ -92,10 +92,16 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
     if not report.hung and not report.findings:
         console.print(f"[bold green]✓ no hang[/] ({report.semantics}): every rank completes every recorded op")
         return
-    console.print(
-        f"[bold red]✗ hang[/] ({report.semantics}): {len(report.stuck)} rank"
-        f"{'s' if len(report.stuck) != 1 else ''} stuck: {ranks_text(report.stuck)}"
-    )
+    if report.hung:
+        console.print(
+            f"[bold red]✗ hang[/] ({report.semantics}): {len(report.stuck)} rank"
+            f"{'s' if len(report.stuck) != 1 else ''} stuck: {ranks_text(report.stuck)}"
+        )
+    else:
+        console.print(
+            f"[bold red]✗ {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}[/] "
+            f"({report.semantics}): no rank stuck in the recorded ops, but the recording is incomplete"
+        )
     t = Table(title="root causes", title_justify="left", show_lines=True)
     t.add_column("kind", style="bold")
     t.add_column("ranks", style="red")
@@ -115,13 +121,16 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
         console.print(f"... and {len(frontier) - 40} more stuck ops (see --json)")
 
 
-def diff(console: Console, a: Trace, b: Trace, d) -> None:
+def diff(console: Console, a: Trace, b: Trace, d, incomplete: dict | None = None) -> None:
     from analyzer.findings import ranks_text
 
     console.print(
         f"[bold]A[/] world size {d.world_size_a} · {a.n_events} events   "
         f"[bold]B[/] world size {d.world_size_b} · {b.n_events} events"
     )
+    for side, found in (incomplete or {}).items():
+        for f in found:
+            console.print(f"[bold red]✗ {side.upper()}: {f.kind}[/] {escape(f.message)}")
     if d.equal:
         console.print(
             "[bold green]✓ same comm pattern[/] on every rank (normalized: timestamps, group names, paths ignored)"

@@ -78,8 +78,9 @@ def diff_object(d) -> dict:
     }
 
 
-def diff(a: Trace, b: Trace, d) -> None:
+def diff(a: Trace, b: Trace, d, incomplete: dict | None = None) -> None:
     out = diff_object(d)
     out["trace_a"], out["trace_b"] = trace_info(a), trace_info(b)
+    out["incomplete"] = {side: [f.to_json() for f in found] for side, found in (incomplete or {}).items()}
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")

@@ -247,7 +247,10 @@ def _members(ranks) -> tuple[int, ...]:
 
 
 def numel(shape) -> int:
+    """Elements of a shape; 0 for a malformed one (a dump is untrusted input)."""
     out = 1
     for d in shape:
-        out *= int(d)
+        if type(d) is not int:
+            return 0
+        out *= d
     return out

@@ -15,6 +15,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from analyzer.sources.flight_recorder import conventions as conv
+
 GATHERS = ("all_gather_into_tensor", "all_gather", "all_gather_into_tensor_coalesced")
 
 
@@ -105,7 +107,4 @@ def _size_hints(ranks: dict[int, dict], atoms) -> dict[int, int]:
 
 
 def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+    return conv.numel(shape)
