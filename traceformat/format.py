@@ -145,7 +145,8 @@ class TraceWriter:
         self._atoms = AtomTable()
         self._flushed = 0  # atoms written so far
         self._packer = msgpack.Packer(use_bin_type=True)
-        self._write(dict(header, version=list(VERSION)))  # what this writer writes, whatever was read
+        # what this writer writes (version, columns), whatever was read
+        self._write(dict(header, version=list(VERSION), columns=[list(c) for c in COLUMNS]))
 
     def _write(self, record: dict) -> None:
         data = self._packer.pack(record)

@@ -42,12 +42,39 @@ def _check_header(rec: Any, source: str) -> dict:
         )
     if not isinstance(rec.get("world_size"), int) or rec["world_size"] <= 0:
         raise TraceFormatError(f"{source}: corrupt header (world_size)")
-    columns = rec.get("columns")
-    if not isinstance(columns, list) or [tuple(c) for c in columns if isinstance(c, list)][: len(COLUMNS)] != list(
-        COLUMNS
-    ):
-        raise TraceFormatError(f"{source}: unsupported column layout")
+    _layout(rec, source)
     return rec
+
+
+class _Layout:
+    """Where this file keeps each column this reader knows, by name (format v2.x): a newer minor
+    version may add columns anywhere in the header's list, and so in every row and pattern
+    table; extra per-event streams come after the known ones. Unknown columns are skipped."""
+
+    def __init__(self, names: list[str]):
+        self.width = len(names)
+        self.row_at = [names.index(name) for name in COLUMN_NAMES]
+        pattern_names = [name for name in names if name not in codec.STREAM_COLUMNS]
+        self.pattern_width = len(pattern_names)
+        self.pattern_at = [pattern_names.index(name) for name in PATTERN_COLUMNS]
+        self.same = names == list(COLUMN_NAMES)
+
+
+def _layout(header: dict, source: str) -> _Layout:
+    columns = header.get("columns")
+    if not isinstance(columns, list) or not all(
+        isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c) for c in columns
+    ):
+        raise TraceFormatError(f"{source}: corrupt header (columns)")
+    names = [name for name, _ in columns]
+    if len(set(names)) != len(names):
+        raise TraceFormatError(f"{source}: corrupt header (a column named twice)")
+    given = dict(map(tuple, columns))
+    for name, dtype in COLUMNS:
+        if given.get(name) != dtype:
+            why = "no column" if name not in given else f"column {name} is {given[name]}, not"
+            raise TraceFormatError(f"{source}: unsupported column layout ({why} {name if why == 'no column' else dtype})")
+    return _Layout(names)
 
 
 def read_trace(path: str | os.PathLike) -> TraceData:
@@ -70,6 +97,7 @@ def read_trace(path: str | os.PathLike) -> TraceData:
             f, raw=False, strict_map_key=False, read_size=min(1 << 24, limit), max_buffer_size=limit
         )
         trace: TraceData | None = None
+        layout: _Layout | None = None
         rows: dict[int, list] = {}
         blocks: dict[int, list] = {}
         offset = 0
@@ -77,8 +105,9 @@ def read_trace(path: str | os.PathLike) -> TraceData:
             for rec in unpacker:
                 if trace is None:
                     trace = TraceData(header=_check_header(rec, source))
+                    layout = _layout(trace.header, source)
                 else:
-                    _apply(trace, rec, rows, blocks)
+                    _apply(trace, rec, rows, blocks, layout)
                 offset = unpacker.tell()
         except TraceFormatError:
             raise
@@ -99,25 +128,25 @@ def read_trace(path: str | os.PathLike) -> TraceData:
     return trace
 
 
-def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
+def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout) -> None:
     if not isinstance(rec, dict):
         raise TraceFormatError("record is not a map")
     kind = rec.get("t")
     if kind == "ev":
         values = rec["v"]
-        if not isinstance(values, list) or len(values) != len(COLUMNS):
+        if not isinstance(values, list) or len(values) != layout.width:
             raise TraceFormatError("event row of wrong width")
-        rows.setdefault(int(rec["r"]), []).append(values)
+        rows.setdefault(int(rec["r"]), []).append(values if layout.same else [values[i] for i in layout.row_at])
     elif kind == "block":
         n, cols = int(rec["n"]), rec["c"]
-        if len(cols) != len(COLUMNS):
+        if len(cols) != layout.width:
             raise TraceFormatError("block of wrong width")
-        arrays = {name: np.frombuffer(buf, dtype=dt) for (name, dt), buf in zip(COLUMNS, cols)}
+        arrays = {name: np.frombuffer(cols[i], dtype=DTYPES[name]) for name, i in zip(COLUMN_NAMES, layout.row_at)}
         if any(len(a) != n for a in arrays.values()):
             raise TraceFormatError("block column of wrong length")
         blocks.setdefault(int(rec["r"]), []).append(arrays)
     elif kind == "pblock":
-        block = _decode_pblock(trace, rec)  # before setdefault: a corrupt block leaves no empty entry
+        block = _decode_pblock(trace, rec, layout)  # before setdefault: a corrupt block leaves no empty entry
         blocks.setdefault(int(rec["r"]), []).append(block)
     elif kind == "atoms":
         if int(rec["base"]) != len(trace.atoms):
@@ -139,14 +168,16 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict) -> None:
     # unknown record types from a newer minor version are skipped on purpose
 
 
-def _decode_pblock(trace: TraceData, rec: dict) -> codec.RankColumns:
+def _decode_pblock(trace: TraceData, rec: dict, layout: _Layout) -> codec.RankColumns:
     n, k, packed_p, packed_s = int(rec["n"]), int(rec["k"]), rec["p"], rec["s"]
     if not (0 < n <= BLOCK_EVENTS and 0 < k <= n):
         raise TraceFormatError("block of impossible size")
-    if len(packed_s) != len(PBLOCK_STREAM):
+    if len(packed_s) < len(PBLOCK_STREAM) or (layout.same and len(packed_s) != len(PBLOCK_STREAM)):
         raise TraceFormatError("block of wrong width")
     try:
-        table = codec.decode_table(packed_p, k, len(PATTERN_COLUMNS))
+        table = codec.decode_table(packed_p, k, layout.pattern_width)
+        if not layout.same:
+            table = table[:, layout.pattern_at]  # the known columns, in this reader's order
         _validate(table, PATTERN_ATOM_AT, PATTERN_GROUP_AT, trace)  # atoms and groups precede their first use
         patterns = {name: table[:, j].astype(DTYPES[name]) for j, name in enumerate(PATTERN_COLUMNS)}
         code = codec.decode(packed_s[0], n)

@@ -379,7 +379,8 @@ def _replay_table(console, result) -> None:
 
     table = Table(title=f"replay on gloo: {result.seconds:.1f} s -> {result.out}")
     for col in ("op", "group", "calls", "time (s)", "bytes", "algbw"):
-        table.add_column(col, justify="left" if col in ("op", "group") else "right")
+        # names and sizes are never cut or wrapped, whatever the terminal's width
+        table.add_column(col, justify="left" if col in ("op", "group") else "right", no_wrap=col != "time (s)")
     for s in result.stats:
         table.add_row(s["op"], s["group"], str(s["calls"]), f"{s['seconds']:.4f}", f"{s['bytes']:,}", _rate(s["algbw"]))
     console.print(table)

@@ -1,10 +1,35 @@
-"""Rich terminal output."""
+"""Rich terminal output, readable at 80 columns (a pipe, a CI log): names (op, group, mesh dim,
+phase) and byte sizes are never cut or wrapped inside (their columns are as wide as their
+longest word); findings whose text would get a narrow column are printed as a compact list
+instead of a table. `--json` is the machine interface."""
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
+
+WIDE_TEXT = 48
+"""A finding's text gets at least this many columns in a table, else the compact list is used."""
+
+
+def _whole(values) -> int:
+    """Width that shows every word of every value unbroken."""
+    return max((len(w) for v in values for w in str(v).split()), default=1)
+
+
+def _column(t: Table, header: str, values, *, right: bool = False, wrap: bool = True, **kw) -> None:
+    """A column whose words are never cut: at least as wide as its longest word (and never
+    wrapped at all with wrap=False, for names and sizes)."""
+    t.add_column(header, justify="right" if right else "left", no_wrap=not wrap,
+                 min_width=max(_whole(values), *(len(w) for w in header.split())), **kw)
+
+
+def _fits(console: Console, t: Table) -> bool:
+    """Whether the table's narrowest layout (unclamped) fits the console."""
+    return Measurement.get(console, console.options.update_width(1 << 16), t).minimum <= console.width
 
 from analyzer.summary import Summary
 from analyzer.trace import Trace
@@ -41,13 +66,16 @@ def summary(console: Console, trace: Trace, s: Summary) -> None:
             title=f"rank class {cls['class']}: ranks {ranks} ({len(cls['ranks'])} ranks, {cls['events']} events each)",
             title_justify="left",
         )
-        t.add_column("group")
-        t.add_column("size", justify="right")
-        t.add_column("op")
-        t.add_column("calls", justify="right")
-        t.add_column("bytes", justify="right")
-        for r in rows.iter_rows(named=True):
-            t.add_row(r["group"] or "-", str(r["size"] or ""), r["op"], str(r["calls"]), human_bytes(r["bytes"]))
+        cells = [
+            (r["group"] or "-", str(r["size"] or ""), r["op"], str(r["calls"]), human_bytes(r["bytes"]))
+            for r in rows.iter_rows(named=True)
+        ]
+        for i, (header, right) in enumerate(
+            (("group", False), ("size", True), ("op", False), ("calls", True), ("bytes", True))
+        ):
+            _column(t, header, [c[i] for c in cells], right=right, wrap=False)
+        for c in cells:
+            t.add_row(*c)
         console.print(t)
 
 
@@ -59,30 +87,43 @@ def findings(console: Console, trace: Trace, found: list) -> None:
         console.print("[bold green]✓ no findings[/]: collectives, p2p and group creation match on every rank")
         return
     console.print(f"[bold red]✗ {len(found)} finding{'s' if len(found) != 1 else ''}[/]")
+    rows = [
+        (f.kind, group_text(f.group), "-" if f.seq is None else str(f.seq), ranks_text(f.culprit_ranks), _detail(f))
+        for f in found
+    ]
     t = Table(show_lines=True)
-    t.add_column("kind", style="bold")
-    t.add_column("group")
-    t.add_column("seq", justify="right")
-    t.add_column("culprits", style="red")
-    t.add_column("what happened", ratio=1)
-    for f in found:
-        detail = [escape(f.message)]
-        if f.expected is not None and f.kind not in ("missing_collective", "group_mismatch"):
-            detail.append(
-                f"[dim]majority:[/] {escape(str(f.expected))}"
-                + (f"  [dim]at {escape(f.frames[-1])}[/]" if -1 in f.frames else "")
-            )
-        for r in f.culprit_ranks:
-            if r in f.frames and f.frames[r] != "-":
-                detail.append(f"[dim]rank {r}:[/] {escape(f.frames[r])}")
-        t.add_row(
-            f.kind,
-            group_text(f.group),
-            "-" if f.seq is None else str(f.seq),
-            ranks_text(f.culprit_ranks),
-            "\n".join(detail),
+    _column(t, "kind", [r[0] for r in rows], wrap=False, style="bold")
+    _column(t, "group", [r[1] for r in rows])
+    _column(t, "seq", [r[2] for r in rows], right=True, wrap=False)
+    _column(t, "culprits", [r[3] for r in rows], style="red")
+    t.add_column("what happened", ratio=1, min_width=WIDE_TEXT)
+    for r in rows:
+        t.add_row(*r)
+    if _fits(console, t):
+        console.print(t)
+        return
+    for kind, group, seq, culprits, detail in rows:  # compact: a heading line, then the text at full width
+        console.print(f"[bold]{kind}[/] · {escape(group)} · seq {seq} · culprits [red]{escape(culprits)}[/]")
+        for line in detail.split("\n"):
+            console.print(line, style=None)
+        console.print()
+
+
+FINDING_KINDS_WITHOUT_MAJORITY = ("missing_collective", "group_mismatch", "failed_rank", "missing_rank")
+
+
+def _detail(f) -> str:
+    """A finding's message, what the majority did and the culprits' frames (rich markup)."""
+    detail = [escape(f.message)]
+    if f.expected is not None and f.kind not in FINDING_KINDS_WITHOUT_MAJORITY:
+        detail.append(
+            f"[dim]majority:[/] {escape(str(f.expected))}"
+            + (f"  [dim]at {escape(f.frames[-1])}[/]" if -1 in f.frames else "")
         )
-    console.print(t)
+    for r in f.culprit_ranks:
+        if r in f.frames and f.frames[r] != "-":
+            detail.append(f"[dim]rank {r}:[/] {escape(f.frames[r])}")
+    return "\n".join(detail)
 
 
 def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
@@ -102,20 +143,29 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
             f"[bold red]✗ {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}[/] "
             f"({report.semantics}): no rank stuck in the recorded ops, but the recording is incomplete"
         )
+    rows = [(f.kind, ranks_text(f.culprit_ranks), escape(f.message)) for f in report.findings]
     t = Table(title="root causes", title_justify="left", show_lines=True)
-    t.add_column("kind", style="bold")
-    t.add_column("ranks", style="red")
-    t.add_column("what happened", ratio=1)
-    for f in report.findings:
-        t.add_row(f.kind, ranks_text(f.culprit_ranks), escape(f.message))
-    console.print(t)
+    _column(t, "kind", [r[0] for r in rows], wrap=False, style="bold")
+    _column(t, "ranks", [r[1] for r in rows], style="red")
+    t.add_column("what happened", ratio=1, min_width=WIDE_TEXT)
+    for r in rows:
+        t.add_row(*r)
+    if _fits(console, t):
+        console.print(t)
+    else:  # compact: a heading line per root cause, then its text at full width
+        console.print("[bold]root causes[/]")
+        for kind, ranks, message in rows:
+            console.print(f"[bold]{kind}[/] · ranks [red]{escape(ranks)}[/]")
+            console.print(message)
+            console.print()
+    cells = [(row["what"], row["group"], ranks_text(row["blocked"]), ranks_text(row["missing"])) for row in frontier[:40]]
     t = Table(title="stuck frontier", title_justify="left")
-    t.add_column("blocked in")
-    t.add_column("group")
-    t.add_column("blocked ranks", style="yellow")
-    t.add_column("waiting for", style="red")
-    for row in frontier[:40]:
-        t.add_row(row["what"], row["group"], ranks_text(row["blocked"]), ranks_text(row["missing"]))
+    _column(t, "blocked in", [c[0] for c in cells])
+    _column(t, "group", [c[1] for c in cells])
+    _column(t, "blocked ranks", [c[2] for c in cells], style="yellow")
+    _column(t, "waiting for", [c[3] for c in cells], style="red")
+    for c in cells:
+        t.add_row(*c)
     console.print(t)
     if len(frontier) > 40:
         console.print(f"... and {len(frontier) - 40} more stuck ops (see --json)")
@@ -158,58 +208,85 @@ def diff(console: Console, a: Trace, b: Trace, d, incomplete: dict | None = None
                     f"  {side} {escape(ev['sig'])}  [dim]module {escape(ev['module'] or '-')} · "
                     f"{ev['phase']} · step {ev['step']} · {escape(ev['frame'] or '-')}[/]"
                 )
-        t = Table(show_lines=False)
-        for col in ("run", "A pos", "B pos", "what", "where"):
-            t.add_column(col)
-        for run in div.runs:
-            sigs = run.b_sigs if run.kind == "inserted" else run.a_sigs
-            what = (
-                "\n".join(sigs)
-                if run.kind != "changed"
-                else "\n".join([f"- {s}" for s in run.a_sigs] + [f"+ {s}" for s in run.b_sigs])
-            )
-            w = run.where
-            t.add_row(
-                run.kind,
-                f"{run.a_start}..{run.a_stop}",
-                f"{run.b_start}..{run.b_stop}",
-                what,
-                f"{w['module'] or '-'} · {w['phase']} · step {w['step']} · {w['frame'] or '-'}",
-            )
-        console.print(t)
+        _runs(console, div.runs)
         if div.n_runs > len(div.runs):
             console.print(f"... and {div.n_runs - len(div.runs)} more runs (see --json)")
     volume_table(console, d.volume)
 
 
-def volume_table(console: Console, volume) -> None:
-    t = Table(title="collectives per mesh dim × op × phase (all ranks; Δ = B − A)", title_justify="left")
-    for col, right in (
-        ("dim", False),
-        ("op", False),
-        ("phase", False),
-        ("calls A", True),
-        ("calls B", True),
-        ("Δ calls", True),
-        ("bytes A", True),
-        ("bytes B", True),
-        ("Δ bytes", True),
-    ):
-        t.add_column(col, justify="right" if right else "left")
-    for r in volume.iter_rows(named=True):
-        style = "red" if r["calls_delta"] or r["bytes_delta"] else None
-        t.add_row(
-            r["dim"],
-            r["op"],
-            r["phase"],
-            str(r["calls_a"]),
-            str(r["calls_b"]),
-            f"{r['calls_delta']:+d}",
-            human_bytes(r["bytes_a"]),
-            human_bytes(r["bytes_b"]),
-            ("+" if r["bytes_delta"] > 0 else "") + human_bytes(r["bytes_delta"]),
-            style=style,
+def _runs(console: Console, runs) -> None:
+    """The inserted / removed / changed runs of a divergence: a table where the signatures fit
+    unbroken, else one heading line per run and its signatures one per line."""
+    rows = []
+    for run in runs:
+        sigs = run.b_sigs if run.kind == "inserted" else run.a_sigs
+        what = (
+            "\n".join(sigs)
+            if run.kind != "changed"
+            else "\n".join([f"- {s}" for s in run.a_sigs] + [f"+ {s}" for s in run.b_sigs])
         )
+        w = run.where
+        where = f"{w['module'] or '-'} · {w['phase']} · step {w['step']} · {w['frame'] or '-'}"
+        rows.append((run.kind, f"{run.a_start}..{run.a_stop}", f"{run.b_start}..{run.b_stop}", what, where))
+    t = Table(show_lines=False)
+    for i, head in enumerate(("run", "A pos", "B pos", "what", "where")):
+        _column(t, head, [r[i] for r in rows], wrap=i == 4)
+    for r in rows:
+        t.add_row(*(escape(c) for c in r))
+    if _fits(console, t):
+        console.print(t)
+        return
+    for kind, a_pos, b_pos, what, where in rows:
+        console.print(f"  [bold]{kind}[/] A {a_pos} / B {b_pos} · [dim]{escape(where)}[/]")
+        for sig in what.split("\n"):
+            console.print(f"    {escape(sig)}", overflow="fold")
+
+
+def volume_table(console: Console, volume) -> None:
+    """Calls and bytes per mesh dim x op x phase, A, B and B - A. Where the nine columns do not
+    fit, A -> B and the deltas share a cell, one value per line (a size is never wrapped)."""
+    title = "collectives per mesh dim × op × phase (all ranks; Δ = B − A)"
+    rows = []
+    for r in volume.iter_rows(named=True):
+        rows.append(
+            (
+                r["dim"],
+                r["op"],
+                r["phase"],
+                str(r["calls_a"]),
+                str(r["calls_b"]),
+                f"{r['calls_delta']:+d}",
+                human_bytes(r["bytes_a"]),
+                human_bytes(r["bytes_b"]),
+                ("+" if r["bytes_delta"] > 0 else "") + human_bytes(r["bytes_delta"]),
+                "red" if r["calls_delta"] or r["bytes_delta"] else None,
+            )
+        )
+    t = Table(title=title, title_justify="left")
+    heads = ("dim", "op", "phase", "calls A", "calls B", "Δ calls", "bytes A", "bytes B", "Δ bytes")
+    for i, head in enumerate(heads):
+        _column(t, head, [r[i] for r in rows], right=i >= 3, wrap=False)
+    for r in rows:
+        t.add_row(*r[:9], style=r[9])
+    if _fits(console, t):
+        console.print(t)
+        return
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), show_lines=False)
+    cells = [
+        (
+            r[0],
+            r[1],
+            r[2],
+            f"{r[3]} → {r[4]}" + (f"\n{r[5]}" if r[9] else ""),
+            f"{r[6]} →\n{r[7]}" + (f"\n{r[8]}" if r[9] else "") if r[6] != r[7] else r[6],
+            r[9],
+        )
+        for r in rows
+    ]
+    for i, head in enumerate(("dim", "op", "phase", "calls A → B", "bytes A → B")):
+        _column(t, head, [c[i] for c in cells], right=i >= 3, wrap=False)
+    for c in cells:
+        t.add_row(*c[:5], style=c[5])
     console.print(t)
 
 
