@@ -342,14 +342,14 @@ def _init(seed: int, limit: float, work: str, out: str | None, render_every: int
     # taking the machine down with it
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
-    signal.signal(signal.SIGALRM, alarm)
+    signal.signal(signal.SIGPROF, alarm)
 
 
 def run_case(i: int) -> tuple[int, str, str, str]:
     """(case, kind, outcome, signature of a crash or '')."""
     s = _STATE
     kind, path = make_case(s["seeds"], s["seed"], i, os.path.join(s["folder"], "case"))
-    signal.setitimer(signal.ITIMER_REAL, s["limit"])
+    signal.setitimer(signal.ITIMER_PROF, s["limit"])
     try:
         outcome, sig = analyse(path, s["reference"], i % s["render_every"] == 0), ""
     except CaseTimeout:
@@ -360,7 +360,7 @@ def run_case(i: int) -> tuple[int, str, str, str]:
         where = ours[-1]
         outcome, sig = "crash", f"{type(e).__name__} at {os.path.relpath(where.filename, REPO)}:{where.lineno}"
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
     if outcome in ("crash", "hang") and s["out"]:
         keep = os.path.join(s["out"], f"case_{i}")
         shutil.rmtree(keep, ignore_errors=True)
@@ -373,7 +373,13 @@ def main() -> None:
     p.add_argument("--cases", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--limit", type=float, default=20.0, help="Seconds per case before it counts as a hang.")
+    p.add_argument(
+        "--limit",
+        type=float,
+        default=20.0,
+        help="CPU seconds per case before it counts as a hang "
+        "(CPU time: a loaded machine does not make slow cases look hung).",
+    )
     p.add_argument(
         "--render-every",
         type=int,
@@ -399,32 +405,41 @@ def main() -> None:
         crashes: dict[str, list[int]] = {}
         start = time.perf_counter()
         ctx = mp.get_context("spawn")  # polars' thread pool and fork do not mix
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped early: print what was done
         with ctx.Pool(a.workers, initializer=_init, initargs=(a.seed, a.limit, work, a.out, a.render_every)) as pool:
             results = pool.imap_unordered(run_case, range(a.cases))  # chunksize 1: next() takes a timeout
-            for n in range(1, a.cases + 1):
-                try:  # a worker that died (e.g. aborted in native code) loses its cases: stop, say so
-                    i, kind, outcome, sig = results.next(timeout=8 * a.limit + 120)
-                except mp.TimeoutError:
-                    counts["-", "lost"] = a.cases - n + 1
-                    print(f"  no result for {8 * a.limit + 120:g} s: a worker died; {a.cases - n + 1:,} cases lost")
-                    break
-                counts[kind, outcome] += 1
-                if sig:
-                    crashes.setdefault(f"{outcome}: {sig}", []).append(i)
-                if n % 20000 == 0:
-                    _print(a, counts, crashes, time.perf_counter() - start, n)
-                elif n % 5000 == 0:
-                    el = time.perf_counter() - start
-                    print(
-                        f"  {n:,} cases, {el:.0f} s, {n / el:.0f} cases/s, "
-                        f"{sum(v for (k, o), v in counts.items() if o == 'crash')} crashes, "
-                        f"{sum(v for (k, o), v in counts.items() if o == 'hang')} hangs",
-                        flush=True,
-                    )
+            try:
+                _collect(a, results, counts, crashes, start)
+            except KeyboardInterrupt:  # stopped early: the counts so far are printed
+                print("  interrupted", flush=True)
+            pool.terminate()
         seconds = time.perf_counter() - start
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _print(a, counts, crashes, seconds, sum(counts.values()))
+
+
+def _collect(a, results, counts: Counter, crashes: dict, start: float) -> None:
+    for n in range(1, a.cases + 1):
+        try:  # a worker that died (e.g. aborted in native code) loses its cases: stop, say so
+            i, kind, outcome, sig = results.next(timeout=8 * a.limit + 120)
+        except mp.TimeoutError:
+            counts["-", "lost"] = a.cases - n + 1
+            print(f"  no result for {8 * a.limit + 120:g} s: a worker died; {a.cases - n + 1:,} cases lost")
+            break
+        counts[kind, outcome] += 1
+        if sig:
+            crashes.setdefault(f"{outcome}: {sig}", []).append(i)
+        if n % 20000 == 0:
+            _print(a, counts, crashes, time.perf_counter() - start, n)
+        elif n % 1000 == 0:
+            el = time.perf_counter() - start
+            print(
+                f"  {n:,} cases, {el:.0f} s, {n / el:.0f} cases/s, "
+                f"{sum(v for (k, o), v in counts.items() if o == 'crash')} crashes, "
+                f"{sum(v for (k, o), v in counts.items() if o == 'hang')} hangs",
+                flush=True,
+            )
 
 
 def _print(a, counts: Counter, crashes: dict, seconds: float, done: int) -> None:
