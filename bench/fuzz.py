@@ -159,7 +159,6 @@ def analyse(path: str, reference, render_page: bool = True) -> str:
     from analyzer.hang import analyze, frontier_rows
     from analyzer.load import LoadError, load
     from analyzer.report import ReportInputs, build_report
-    from analyzer.waitfor.replay import ReplayTooLarge
 
     try:
         t = load(path)
@@ -167,10 +166,7 @@ def analyse(path: str, reference, render_page: bool = True) -> str:
         return "refused"
     report = build_report(t, ReportInputs(source=path, other=reference, other_source="reference"))
     if report.hang is None:
-        try:
-            frontier_rows(t, analyze(t))
-        except ReplayTooLarge:
-            pass
+        frontier_rows(t, analyze(t))
     if render_page:
         from analyzer.render.html import render
 

@@ -5,6 +5,7 @@ import io
 import os
 import re
 
+from conftest import REPO
 from rich.console import Console
 
 from analyzer.checks import run_checks
@@ -12,7 +13,6 @@ from analyzer.diff import diff_traces
 from analyzer.load import load
 from analyzer.render import console as render
 from analyzer.summary import summarize
-from conftest import REPO
 
 PP = os.path.join(REPO, "traces", "fsdp_tp_pp_1f1b.trace")
 HSDP = os.path.join(REPO, "traces", "hsdp_tp.trace")

@@ -8,10 +8,10 @@ import os
 import msgpack
 import numpy as np
 import pytest
+from conftest import REPO
 
 from analyzer.diff import diff_traces
 from analyzer.load import LoadError, load
-from conftest import REPO
 from traceformat import codec
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader

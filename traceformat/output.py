@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 
 class OutputError(ValueError):

@@ -72,8 +72,8 @@ def _layout(header: dict, source: str) -> _Layout:
     given = dict(map(tuple, columns))
     for name, dtype in COLUMNS:
         if given.get(name) != dtype:
-            why = "no column" if name not in given else f"column {name} is {given[name]}, not"
-            raise TraceFormatError(f"{source}: unsupported column layout ({why} {name if why == 'no column' else dtype})")
+            why = f"no column {name}" if name not in given else f"column {name} is {given[name]}, not {dtype}"
+            raise TraceFormatError(f"{source}: unsupported column layout ({why})")
     return _Layout(names)
 
 

@@ -191,7 +191,7 @@ def _run(run_record, program, **kwargs) -> None:
         _fail(str(e))
     except Interrupted as e:
         typer.echo(e.message, err=True)
-        raise typer.Exit(128 + e.signum)
+        raise typer.Exit(128 + e.signum) from None
     _report(result)
 
 

@@ -11,6 +11,9 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from analyzer.summary import Summary
+from analyzer.trace import Trace
+
 WIDE_TEXT = 48
 """A finding's text gets at least this many columns in a table, else the compact list is used."""
 
@@ -23,16 +26,18 @@ def _whole(values) -> int:
 def _column(t: Table, header: str, values, *, right: bool = False, wrap: bool = True, **kw) -> None:
     """A column whose words are never cut: at least as wide as its longest word (and never
     wrapped at all with wrap=False, for names and sizes)."""
-    t.add_column(header, justify="right" if right else "left", no_wrap=not wrap,
-                 min_width=max(_whole(values), *(len(w) for w in header.split())), **kw)
+    t.add_column(
+        header,
+        justify="right" if right else "left",
+        no_wrap=not wrap,
+        min_width=max(_whole(values), *(len(w) for w in header.split())),
+        **kw,
+    )
 
 
 def _fits(console: Console, t: Table) -> bool:
     """Whether the table's narrowest layout (unclamped) fits the console."""
     return Measurement.get(console, console.options.update_width(1 << 16), t).minimum <= console.width
-
-from analyzer.summary import Summary
-from analyzer.trace import Trace
 
 
 def human_bytes(n: int) -> str:
@@ -158,7 +163,9 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
             console.print(f"[bold]{kind}[/] · ranks [red]{escape(ranks)}[/]")
             console.print(message)
             console.print()
-    cells = [(row["what"], row["group"], ranks_text(row["blocked"]), ranks_text(row["missing"])) for row in frontier[:40]]
+    cells = [
+        (row["what"], row["group"], ranks_text(row["blocked"]), ranks_text(row["missing"])) for row in frontier[:40]
+    ]
     t = Table(title="stuck frontier", title_justify="left")
     _column(t, "blocked in", [c[0] for c in cells])
     _column(t, "group", [c[1] for c in cells])
