@@ -5,7 +5,8 @@ members of its groups are then stuck in the collective it never joined, and thei
 it as not completed. Only dumps carry that `state`; ranks missing or failed otherwise (commtrace
 traces, dumps nobody waits on) are reported by checks/rank_status.py. Per group with a missing
 member, the collective the present members are blocked in is the latest uncompleted one each
-entered (a dump ends where its rank was stuck; whether earlier entries show as completed depends on when gloo updated its status).
+entered (a dump ends where its rank was stuck; whether earlier entries show as completed
+depends on when gloo updated its status).
 """
 
 from __future__ import annotations
