@@ -5,9 +5,11 @@ tok_embeddings and norm + output each count as a layer, so splits may be uneven 
 hold no block); the first holds tok_embeddings, the last norm and output. Looped schedules (Interleaved1F1B) give
 rank r the stages r, r + pp, r + 2 pp, ...
 
-Stages get static input/output shapes: without them PipelineStage infers shapes by sending
-metadata objects over p2p (send_object_list), which a fake process group cannot carry. With
-them it only runs its warm-up vote (one int32 tensor forward through the stages and back).
+Stages are torch's own PipelineStage with static input/output shapes, as TorchTitan builds
+them: the stages then agree on static shapes in a warm-up vote (one int32 tensor forward
+through the stages and back, recorded as the p2p it is) instead of inferring shapes with
+object p2p; the vote carries its real values between fake-mode ranks
+(tracer/capture/object_collectives.py).
 """
 
 from __future__ import annotations
@@ -24,21 +26,6 @@ from tracer.workloads.model import Transformer
 from tracer.workloads.pipeline_split import stage_modules
 
 SCHEDULES = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B, "Interleaved1F1B": ScheduleInterleaved1F1B}
-
-
-class StaticStage(PipelineStage):
-    """A PipelineStage whose warm-up vote always comes out STATIC.
-
-    The vote still runs (its sends and recvs are part of the comm pattern), but on a fake
-    process group a recv leaves its buffer as it was, so the vote would read 0 ("some stage
-    needs dynamic shape inference") and fall back to object p2p. Every stage here has complete
-    static plain-tensor metadata, so a real run's vote is unanimous: return that."""
-
-    def _warmup_backward_result(self, received_result=None):
-        super()._warmup_backward_result(received_result)
-        # a literal, not torch.ones: under fake compute FakeTensorMode knows a literal's value
-        # (the schedule reads it with .item())
-        return torch.tensor([1], dtype=torch.int32)
 
 
 def stage_ids(cfg: JobConfig, pp_rank: int) -> list[int]:
@@ -84,8 +71,8 @@ def build_schedule(cfg: JobConfig, chunks: list[tuple[int, nn.Module]], pp_mesh:
         first, last = s == 0, s == cfg.n_stages - 1
         inputs = torch.empty(mb, t.seq_len, dtype=torch.long) if first else hidden
         outputs = torch.empty(mb, t.seq_len, vocab, dtype=dtype, requires_grad=True) if last else hidden
-        stages.append(StaticStage(chunk, s, cfg.n_stages, torch.device("cpu"), input_args=inputs,
-                                    output_args=outputs, group=pp_mesh.get_group()))
+        stages.append(PipelineStage(chunk, s, cfg.n_stages, torch.device("cpu"), input_args=inputs,
+                                      output_args=outputs, group=pp_mesh.get_group()))
     cls = SCHEDULES[p.pipeline_parallel_schedule]
 
     def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
