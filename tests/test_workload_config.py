@@ -167,7 +167,7 @@ def test_world_size_is_the_product_of_degrees_and_microbatch_knobs():
         }
     )
     assert cfg.world_size == 8
-    pp = {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "GPipe"}
+    pp = {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "GPipe", "data_parallel_shard_degree": 1}
     cfg = config.from_dict(
         {"parallelism": dict(pp, pipeline_parallel_microbatch_size=2), "training": {"local_batch_size": 8}}
     )

@@ -49,6 +49,12 @@ def record(
         "its `--section.key value` overrides.",
     ),
     world_size: int = typer.Option(None, "--world-size", "-n", help="Number of simulated ranks."),
+    steps: int = typer.Option(
+        None,
+        "--steps",
+        help="Optimizer steps to record from a CONFIG.toml (default: 2, or training.steps if fewer; "
+        "with --torchtitan: TorchTitan's --training.steps).",
+    ),
     mode: str = typer.Option(
         None, "--mode", help="fake: a process per rank (fake backend); local: one process, LocalTensorMode (SPMD only)."
     ),
@@ -93,6 +99,13 @@ def record(
         ctx.args.insert(0, config)  # `--script x.py -- ARGS`: click hands the first ARG to CONFIG
         config = None
     run = dict(timeout=timeout, jobs=jobs, executor=executor, ray_address=ray_address)
+    if steps is not None and steps < 1:
+        _fail(f"--steps must be at least 1, got {steps}")
+    if steps is not None and config is None and torchtitan is None:
+        _fail("--steps applies to a CONFIG.toml or --torchtitan (a script counts its own steps)")
+    if steps is not None and (torchtitan is not None or (config is not None and _has_torchtitan(config))):
+        ctx.args.extend(["--training.steps", str(steps)])  # TorchTitan's own knob
+        steps = None
     if torchtitan is not None:
         if config is not None or script is not None or entrypoint is not None:
             _fail("give --torchtitan MODULE:CONFIG alone (not with a CONFIG.toml, --script or --entrypoint)")
@@ -101,7 +114,7 @@ def record(
         cli_torchtitan.record_spec(torchtitan, list(ctx.args), world_size, mode, ranks or "all", out, compute, run)
         return
     if config is not None:
-        _record_config(config, script, entrypoint, world_size, mode, ranks, out, compute, run, list(ctx.args))
+        _record_config(config, script, entrypoint, world_size, steps, mode, ranks, out, compute, run, list(ctx.args))
         return
     mode = mode or "fake"
     ranks = ranks or "all"
@@ -135,7 +148,18 @@ def record(
     )
 
 
-def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compute, run, extra) -> None:
+def _has_torchtitan(path: str) -> bool:
+    """Whether a TOML has `[job] torchtitan` (bad TOML: False, its own error comes later)."""
+    from tracer import config as config_mod
+
+    try:
+        job = config_mod.read_toml(path).get("job")
+    except ValueError:
+        return False
+    return isinstance(job, dict) and "torchtitan" in job
+
+
+def _record_config(path, script, entrypoint, world_size, steps, mode, ranks, out, compute, run, extra) -> None:
     """`tracer record CONFIG.toml`: options given on the command line override the TOML."""
     from traceformat.ranks import parse_ranks
     from tracer import config as config_mod
@@ -154,7 +178,7 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compu
     if mode is not None and mode not in ALIASES:
         _fail(f"--mode must be fake or local (or fake_backend / local_tensor), got {mode!r}")
     try:
-        cfg = config_mod.load(path, world_size=world_size)
+        cfg = config_mod.load(path, world_size=world_size, steps=steps)
         program = config_mod.program(cfg)
         program.check()
         rank_list = parse_ranks(ranks if ranks is not None else config_mod.ranks_spec(cfg), cfg.world_size)
@@ -167,6 +191,8 @@ def _record_config(path, script, entrypoint, world_size, mode, ranks, out, compu
     except ValueError as e:
         _fail(f"{path}: {e}")
     out = out or cfg.tracer.output or os.path.splitext(os.path.basename(path))[0] + ".trace"
+    if cfg.builtin:
+        typer.echo(f"note: {cfg.steps_why()}", err=True)
     snapshot = dict(cfg.to_dict(), config_file=path)
     _run(
         run_record,

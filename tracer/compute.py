@@ -54,6 +54,6 @@ def gflops_per_rank(cfg) -> float:
         m.dim * (m.n_heads + 2 * m.kv_heads) * m.head_dim + m.n_heads * m.head_dim * m.dim + 3 * m.dim * m.hidden_dim
     )
     params = m.n_layers * per_block + 2 * m.vocab_size * m.dim
-    tokens = t.local_batch_size * t.seq_len * t.steps
-    attention = 12 * m.n_layers * t.local_batch_size * t.seq_len**2 * m.dim * t.steps
+    tokens = t.local_batch_size * t.seq_len * cfg.steps
+    attention = 12 * m.n_layers * t.local_batch_size * t.seq_len**2 * m.dim * cfg.steps
     return (6 * params * tokens + attention) / (p.tensor_parallel_degree * p.pipeline_parallel_degree) / 1e9

@@ -20,6 +20,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+DRY_RUN_STEPS = 2
+"""Steps a recording takes by default, whatever training.steps says: every later step repeats the
+second one's pattern."""
 SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
 STAGES_PER_RANK = {"GPipe": 1, "1F1B": 1, "Interleaved1F1B": 2}
 """Looped schedules hold several stages per rank; TorchTitan's default for Interleaved1F1B is 2."""
@@ -93,7 +96,8 @@ class Optimizer:
 @dataclass(kw_only=True, slots=True)
 class Training:
     steps: int = 2
-    """Training steps to record."""
+    """Steps of the training job (TorchTitan's length of a real run). A recording takes only the
+    first few of them: see TracerSection.steps."""
     seq_len: int = 16
     """Sequence length."""
     local_batch_size: int = 4
@@ -161,7 +165,11 @@ class Comm:
 @dataclass(kw_only=True, slots=True)
 class TracerSection:
     world_size: int = 0
-    """Simulated ranks; 0 means the product of the parallel degrees."""
+    """Simulated ranks; 0 means the product of the parallel degrees (which a -1 degree cannot give:
+    then -n / world_size is required)."""
+    steps: int = 0
+    """Optimizer steps to record; 0 means min(training.steps, DRY_RUN_STEPS): a dry run needs only
+    the first step (warm-up: lazy inits, FSDP's first all-gathers) and one steady-state step."""
     ranks: str | list[int] = "all"
     """Ranks to record: "all", "0,3,8-15" or a list."""
     output: str | None = None
@@ -190,6 +198,23 @@ class JobConfig:
     @property
     def world_size(self) -> int:
         return self.tracer.world_size
+
+    @property
+    def steps(self) -> int:
+        """Steps the recording runs: tracer.steps, or by default min(training.steps, DRY_RUN_STEPS)."""
+        return self.tracer.steps or min(self.training.steps, DRY_RUN_STEPS)
+
+    def steps_why(self) -> str:
+        """One line saying how many steps are recorded and why."""
+        t = self.training.steps
+        if self.tracer.steps:
+            return f"recording {self.steps} steps (asked for; the job's training.steps is {t})"
+        if self.steps < t:
+            return (
+                f"recording {self.steps} of training.steps={t} steps: a dry run needs only the first "
+                f"(warm-up) and a steady-state step; --steps N / [tracer] steps to change it"
+            )
+        return f"recording all {self.steps} steps of training.steps={t}"
 
     @property
     def builtin(self) -> bool:
@@ -282,14 +307,15 @@ def read_toml(path: str) -> dict:
         raise ValueError(f"{path}: not valid TOML: {e}") from None
 
 
-def load(path: str, world_size: int | None = None) -> JobConfig:
+def load(path: str, world_size: int | None = None, steps: int | None = None) -> JobConfig:
     """Read and check a TOML job config; ValueError (one line, naming the key) on bad input.
-    `world_size` (the CLI's --world-size) overrides [tracer] world_size."""
+    `world_size` and `steps` (the CLI's -n and --steps) override [tracer] world_size / steps."""
     raw = read_toml(path)
-    if world_size is not None:
-        if not isinstance(raw.get("tracer", {}), dict):
-            raise ValueError("tracer: expected a [tracer] table")
-        raw.setdefault("tracer", {})["world_size"] = world_size
+    for key, value in (("world_size", world_size), ("steps", steps)):
+        if value is not None:
+            if not isinstance(raw.get("tracer", {}), dict):
+                raise ValueError("tracer: expected a [tracer] table")
+            raw.setdefault("tracer", {})[key] = value
     cfg = from_dict(raw)
     base = os.path.dirname(os.path.abspath(path))
     if cfg.job.script is not None and not os.path.isabs(cfg.job.script):

@@ -40,6 +40,8 @@ def check(cfg: JobConfig) -> None:
         raise ValueError(f'tracer.compute must be "auto", "fake" or "real", got {cfg.tracer.compute!r}')
     if cfg.tracer.world_size < 0:
         raise ValueError(f"tracer.world_size must be at least 1, got {cfg.tracer.world_size}")
+    if cfg.tracer.steps < 0:
+        raise ValueError(f"tracer.steps must be at least 1, got {cfg.tracer.steps}")
     if not cfg.builtin:  # a user's program: the parallel degrees are its business
         if cfg.tracer.world_size == 0:
             raise ValueError("tracer.world_size is required to record a [job] script or entrypoint")
@@ -109,9 +111,12 @@ def _check_degrees(cfg: JobConfig) -> None:
     others = p.data_parallel_replicate_degree * p.tensor_parallel_degree * p.pipeline_parallel_degree
     world = cfg.tracer.world_size
     if p.data_parallel_shard_degree == -1:
-        if world == 0:
-            p.data_parallel_shard_degree = 1
-        elif world % others:
+        if world == 0:  # TorchTitan takes it from the launcher; silently using 1 rank would mislead
+            raise ValueError(
+                f"parallelism.data_parallel_shard_degree = -1 takes the ranks the other degrees "
+                f"(product {others}) leave, so the world size is needed: give -n N (or [tracer] world_size)"
+            )
+        if world % others:
             raise ValueError(
                 f"parallelism.data_parallel_shard_degree=-1 cannot fill tracer.world_size={world}: "
                 f"the other degrees multiply to {others}, which does not divide it"

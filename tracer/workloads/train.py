@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,8 @@ def read_config(argv: list[str] | None = None) -> config_mod.JobConfig:
         raw = json.loads(args.config_json)
         raw["job"] = {}  # the workload itself is what runs
         return config_mod.from_dict(raw)
-    return config_mod.load(args.config or parser.error("--config is required"))
+    world = os.environ.get("WORLD_SIZE")  # under torchrun the launcher fixes the world size
+    return config_mod.load(args.config or parser.error("--config is required"), int(world) if world else None)
 
 
 def batch(cfg: config_mod.JobConfig, dp_rank, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         schedule, stages = pipeline_parallel.build_schedule(cfg, chunks, meshes.pp, tp_group)
     dp_rank = mesh_mod.dp_rank(meshes)
     seen = 0
-    for step in range(cfg.training.steps):
+    for step in range(cfg.steps):
         tokens, labels = batch(cfg, dp_rank, step)
         seen += labels.numel()
         if meshes.dp_enabled:  # the loss is normalised by the global token count
