@@ -30,13 +30,18 @@ def record_toml(path, world_size, mode, ranks, out, compute, run, extra) -> bool
     except ValueError as e:
         _fail(str(e))
     if not isinstance(raw.get("job"), dict) or "torchtitan" not in raw["job"]:
-        return False
+        job = _other_model(path, raw)
+        if job is None:
+            return False  # the built-in workload's model
+        raw = {"tracer": raw.get("tracer", {})}
+    else:
+        job = None
     section = raw.get("tracer", {})
-    known = {"world_size", "ranks", "output", "compute"}
+    known = {"world_size", "ranks", "output", "compute", "steps"}
     if not isinstance(section, dict) or set(section) - known:
         _fail(f"{path}: [tracer] takes only {', '.join(sorted(known))} with [job] torchtitan")
     try:
-        job = from_toml(raw)
+        job = job or from_toml(raw)
     except TorchTitanError as e:
         _fail(f"{path}: {e}")
     job.overrides += extra
@@ -81,4 +86,56 @@ def _record(job, world_size, mode, ranks, out, compute, run) -> None:
         compute=used,
         compute_why=why,
         **run,
+    )
+
+
+# [parallelism] / [training] keys of a TorchTitan v0.2 TOML passed on to TorchTitan's trainer
+PASSED_ON = {
+    "parallelism": (
+        "data_parallel_replicate_degree",
+        "data_parallel_shard_degree",
+        "tensor_parallel_degree",
+        "pipeline_parallel_degree",
+        "expert_parallel_degree",
+        "context_parallel_degree",
+    ),
+    "training": ("seq_len", "local_batch_size"),
+}
+
+
+def _other_model(path: str, raw: dict):
+    """A TorchTitan train config of a model the built-in workload is not (deepseek_v3, qwen3, ...):
+    TorchTitan's config `<name>_<flavor>` with the file's degrees and batch, recorded by the
+    installed TorchTitan; None for the built-in llama3; one line and exit 2 without TorchTitan."""
+    from tracer.adapters.torchtitan.job import TorchTitanJob, toml_overrides
+    from tracer.adapters.torchtitan.version import installed
+    from tracer.cli import _fail
+    from tracer.config import DRY_RUN_STEPS
+    from tracer.flavors import FLAVORS
+
+    model = raw.get("model", {})
+    name = model.get("name", "llama3") if isinstance(model, dict) else "llama3"
+    if not isinstance(name, str) or name in FLAVORS:
+        return None
+    if installed() is None:
+        _fail(
+            f"{path}: model.name {name!r}: the built-in workload is llama3; other TorchTitan models record "
+            f"through TorchTitan itself: pip install 'commtrace[torchtitan]'"
+        )
+    sections = {
+        sec: {k: v for k, v in raw.get(sec, {}).items() if k in keys}
+        for sec, keys in PASSED_ON.items()
+        if isinstance(raw.get(sec), dict)
+    }
+    tracer = raw.get("tracer", {}) if isinstance(raw.get("tracer"), dict) else {}
+    steps = tracer.get("steps") or min(raw.get("training", {}).get("steps", DRY_RUN_STEPS), DRY_RUN_STEPS)
+    sections.setdefault("training", {})["steps"] = steps
+    import typer
+
+    typer.echo(
+        f"note: model {name!r} records through the installed TorchTitan ({name}:{name}_{model.get('flavor', 'debugmodel')}), {steps} steps",
+        err=True,
+    )
+    return TorchTitanJob(
+        module=name, config=f"{name}_{model.get('flavor', 'debugmodel')}", overrides=toml_overrides(sections)
     )

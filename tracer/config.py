@@ -41,7 +41,11 @@ class Job:
 @dataclass(kw_only=True, slots=True)
 class Model:
     name: str = "llama3"
-    """Model family; only the built-in Llama-style transformer ("llama3") is provided."""
+    """Model family: "llama3" is built in; other TorchTitan models record through the TorchTitan
+    adapter (tracer/cli_torchtitan.py) when TorchTitan is installed."""
+    flavor: str | None = None
+    """TorchTitan's flavor ("debugmodel", "8B", "70B", "405B"; tracer/flavors.py): sets every
+    dimension below as TorchTitan does; keys given next to it override it. None: the keys as given."""
     dim: int = 64
     """Hidden size."""
     n_layers: int = 2
@@ -242,7 +246,7 @@ IGNORED_SECTIONS = frozenset(
 )
 IGNORED_KEYS = {
     "job": {"config_file", "dump_folder", "description", "use_for_integration_test", "print_args", "print_config"},
-    "model": {"flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"},
+    "model": {"tokenizer_path", "hf_assets_path", "print_after_conversion"},
     "optimizer": {"beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
     "training": {
         "dataset",
@@ -337,6 +341,8 @@ def from_dict(raw: dict) -> JobConfig:
             raise ValueError(f"{section}: expected a [{section}] table, got {type(values).__name__}")
         target = getattr(cfg, section)
         names = [f.name for f in dataclasses.fields(target)]
+        if section == "model":
+            values = _with_flavor(values)
         for key, value in values.items():
             if key in IGNORED_KEYS.get(section, ()):
                 continue
@@ -360,6 +366,21 @@ def _refuse_unmodelled(section: str, values) -> None:
                 f"{section}.{key} = {value!r} changes the comm pattern in ways the built-in workload "
                 f"does not model (only {default!r} is accepted); record TorchTitan itself instead"
             )
+
+
+def _with_flavor(values: dict) -> dict:
+    """The [model] keys with its flavor's dimensions first (keys given next to it win)."""
+    from tracer.flavors import FLAVORS
+
+    flavor, name = values.get("flavor"), values.get("name", "llama3")
+    if flavor is None or name not in FLAVORS:  # another family: the TorchTitan adapter's business
+        return values
+    if not isinstance(flavor, str) or flavor not in FLAVORS[name]:
+        raise ValueError(
+            f"model.flavor: {flavor!r} is not a {name} flavor ({', '.join(FLAVORS[name])})"
+            f"{_did_you_mean(str(flavor), FLAVORS[name])}"
+        )
+    return {**FLAVORS[name][flavor], **values}
 
 
 def _did_you_mean(word: str, choices) -> str:

@@ -48,7 +48,10 @@ def check(cfg: JobConfig) -> None:
         return
     _check_degrees(cfg)
     if m.name != "llama3":
-        raise ValueError(f'model.name: only the built-in "llama3" workload is provided, got {m.name!r}')
+        raise ValueError(
+            f"model.name: the built-in workload is llama3, got {m.name!r} (other TorchTitan models record "
+            f"through TorchTitan itself: tracer record CONFIG.toml with TorchTitan installed)"
+        )
     for key in ("dim", "n_layers", "n_heads", "vocab_size", "multiple_of"):
         if getattr(m, key) < 1:
             raise ValueError(f"model.{key} must be at least 1, got {getattr(m, key)}")
