@@ -56,8 +56,9 @@ def test_llama3_debug_model_toml_records_unchanged_with_its_flavor(tmp_path):
     # Block: 4 x 256 x 256 attention + 3 x 256 x 768 FFN + 2 norms = 852,480 parameters; FSDP over
     # 4 ranks gathers 213,120 per rank into 852,480. tok_embeddings 2048 x 256; [norm, output]
     # 256 + 2048 x 256. 2 steps recorded of the file's 10.
-    from analyzer.load import load
     from conftest import stream
+
+    from analyzer.load import load
 
     out = tmp_path / "debug.trace"
     p = run_tracer("tracer", "record", os.path.join(TT, "llama3_debug_model.toml"), "-n", "4", "-o", str(out))
