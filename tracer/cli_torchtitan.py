@@ -133,9 +133,10 @@ def _other_model(path: str, raw: dict):
     import typer
 
     typer.echo(
-        f"note: model {name!r} records through the installed TorchTitan ({name}:{name}_{model.get('flavor', 'debugmodel')}), {steps} steps",
+    config = f"{name}_{model.get('flavor', 'debugmodel')}"
+    typer.echo(f"note: model {name!r} records through the installed TorchTitan ({name}:{config}), {steps} steps", err=True)
         err=True,
     )
     return TorchTitanJob(
-        module=name, config=f"{name}_{model.get('flavor', 'debugmodel')}", overrides=toml_overrides(sections)
+        module=name, config=config, overrides=toml_overrides(sections)
     )
