@@ -132,11 +132,8 @@ def _other_model(path: str, raw: dict):
     sections.setdefault("training", {})["steps"] = steps
     import typer
 
-    typer.echo(
     config = f"{name}_{model.get('flavor', 'debugmodel')}"
-    typer.echo(f"note: model {name!r} records through the installed TorchTitan ({name}:{config}), {steps} steps", err=True)
-        err=True,
+    typer.echo(
+        f"note: model {name!r} records through the installed TorchTitan ({name}:{config}), {steps} steps", err=True
     )
-    return TorchTitanJob(
-        module=name, config=config, overrides=toml_overrides(sections)
-    )
+    return TorchTitanJob(module=name, config=config, overrides=toml_overrides(sections))
