@@ -115,6 +115,7 @@ def test_keys_that_would_change_the_pattern_are_refused_unless_at_their_default(
             "model": {"converters": []},
             "checkpoint": {"enable": False, "interval": 5},
             "parallelism": {"pipeline_parallel_split_points": [], "expert_tensor_parallel_degree": 1},
+            "tracer": {"world_size": 1},
         }
     )
     assert cfg.world_size == 1
