@@ -15,14 +15,30 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 
 
+def _vocab_start(group: dist.ProcessGroup, chunk: int, vocab: int) -> int | torch.Tensor:
+    """The first vocab id of this rank's logit shard. In local mode one Python runs every rank,
+    so `dist.get_rank(group)` would be rank 0's answer for all: there the start is a per-rank
+    LocalTensor scalar (each simulated rank's position in its own sibling group)."""
+    from torch.distributed._local_tensor import local_tensor_mode
+
+    mode = local_tensor_mode()
+    if mode is None:
+        return min(vocab, chunk * dist.get_rank(group))
+    from torch.distributed._local_tensor._c10d import _prepare_collective_groups
+
+    ranks, offsets, _ = _prepare_collective_groups(group)
+    position = {offset + r: i for offset in offsets for i, r in enumerate(ranks)}
+    return mode.rank_map(lambda g: torch.tensor(min(vocab, chunk * position[g])))
+
+
 class LossParallelCrossEntropy(torch.autograd.Function):
     """Summed cross-entropy of (tokens, vocab / tp) logit shards; labels are global ids."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, group: dist.ProcessGroup, vocab: int):
-        size, rank = dist.get_world_size(group), dist.get_rank(group)
+        size = dist.get_world_size(group)
         chunk = (vocab + size - 1) // size
-        start = min(vocab, chunk * rank)
+        start = _vocab_start(group, chunk, vocab)
         local_max = funcol.all_reduce(logits.amax(-1, keepdim=True), reduceOp="max", group=group)
         shifted = logits - local_max
         sumexp = funcol.all_reduce(shifted.exp().sum(-1, keepdim=True), reduceOp="sum", group=group)
