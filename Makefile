@@ -2,6 +2,7 @@
 #   make demo   record an example job, check it, diff it against its golden, summarize it,
 #               and write its HTML report to out/demo.html
 #   make test   run the test suite
+#   make lint   ruff (lint + format check) and mypy over traceformat/ tracer/ analyzer/
 #   make golden          re-record the examples and diff them against traces/ (tracer golden check)
 #   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
 # Each creates .venv and installs torch==2.13.0 (CPU wheel) first when needed: an unpinned
@@ -12,7 +13,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commtrace-installed
 
-.PHONY: demo test bench golden golden-update clean
+.PHONY: demo test lint bench golden golden-update clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +32,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 golden: $(STAMP)
 	$(BIN)/tracer golden check

@@ -11,6 +11,6 @@ __all__ = ["load"]
 
 def load(path):
     """Load a trace (or a folder of per-rank parts) as an `analyzer.trace.Trace`."""
-    from analyzer.load import load as _load
+    from analyzer.loader import load as _load
 
     return _load(path)

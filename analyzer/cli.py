@@ -42,7 +42,7 @@ def _render(json_out: bool, name: str, *args) -> None:
 def _load(path: str):
     """The trace at `path`; exit 2 with one line when it cannot be read or holds no event at all
     (an empty recording is bad input, not a clean run)."""
-    from analyzer.load import LoadError, load
+    from analyzer.loader import LoadError, load
 
     try:
         t = load(path)
@@ -90,17 +90,21 @@ def summary(
 @app.command()
 def check(
     trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
+    eager_bytes: int = typer.Option(
+        0, "--eager-bytes", help="Blocking sends up to this size complete without a posted recv (eager protocol)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
 ) -> None:
     """Mismatched collectives, skipped collectives, p2p and group-creation errors, ranks that
     failed or left no events, with culprits. Exit 0 when clean, 1 with findings, 2 bad input or
     no events at all."""
     from analyzer.checks import run_checks
+    from analyzer.checks.options import CheckOptions
 
     t = _load(trace)
-    found = run_checks(t)
-    _render(json_out, "findings", t, found)
-    raise typer.Exit(1 if found else 0)
+    checked = run_checks(t, CheckOptions(eager_bytes=eager_bytes))
+    _render(json_out, "findings", t, checked.findings, checked.notes)
+    raise typer.Exit(1 if checked.findings else 0)
 
 
 @app.command()
@@ -126,7 +130,9 @@ def hang(
     report = analyze(t, golden, eager_bytes)
     if dot:
         with _write(dot) as f:
-            f.write(report.dot)
+            from analyzer.render.dot import to_dot
+
+            f.write(to_dot(report.graph, report.stuck, report.labels, report.on_cycle))
     _render(json_out, "hang", t, report, frontier_rows(t, report))
     raise typer.Exit(1 if report.hung or report.findings else 0)
 
@@ -265,10 +271,10 @@ def report(
     page = render(rep)
     with _write(output) as f:
         f.write(page)
-    hung = rep.hang is not None and rep.hang.hung
+    stuck = len(rep.hang.stuck) if rep.hang is not None else 0
     typer.echo(
         f"wrote {output}: {len(rep.findings)} finding{'s' if len(rep.findings) != 1 else ''}, "
-        + (f"hang ({len(rep.hang.stuck)} ranks stuck)" if hung else "no hang")
+        + (f"hang ({stuck} ranks stuck)" if stuck else "no hang")
         + ("" if rep.diff is None else ", same pattern as B" if rep.diff.equal else ", differs from B")
     )
 
@@ -304,7 +310,7 @@ def golden_check(
     results = check(examples, traces_dir, {os.path.splitext(os.path.basename(p))[0]: p for p in given})
     from rich.console import Console
 
-    from analyzer.load import load
+    from analyzer.loader import load
     from analyzer.render import console as render_console
 
     out = Console()

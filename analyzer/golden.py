@@ -28,7 +28,7 @@ class GoldenResult:
 def compare(trace_path: str, golden_path: str) -> GoldenResult:
     """Diff a trace against its golden (normalized signatures and the volume table)."""
     from analyzer.diff import diff_traces
-    from analyzer.load import LoadError, load
+    from analyzer.loader import LoadError, load
     from analyzer.normalize import Options
 
     name = os.path.splitext(os.path.basename(golden_path))[0]

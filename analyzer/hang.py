@@ -11,6 +11,7 @@ blocked themselves (stuck in compute, or dead), with how many ranks wait on them
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -18,9 +19,8 @@ import polars as pl
 
 from analyzer.checks import fr_numbers, rank_status
 from analyzer.checks.common import group_table
-from analyzer.checks.ordering import cycle_findings, key_text
-from analyzer.findings import Finding, group_text, ranks_text
-from analyzer.render.dot import to_dot
+from analyzer.checks.ordering import cycle_findings
+from analyzer.findings import Finding, group_text, kind, ranks_text
 from analyzer.trace import Trace
 from analyzer.waitfor.advance import advance
 from analyzer.waitfor.certificate import ordered
@@ -28,6 +28,13 @@ from analyzer.waitfor.frontier import frontier
 from analyzer.waitfor.graph import wait_graph
 from analyzer.waitfor.semantics import COMM, Blocked, has_p2p, post_mortem
 from analyzer.waitfor.settle import settle
+
+STALLED_RANK = kind(
+    "stalled_rank",
+    "a rank others wait on that is not blocked in a recorded op itself (stuck in "
+    "compute, or dead): a root cause of a hang",
+    blocks=True,
+)
 
 
 @dataclass
@@ -37,7 +44,13 @@ class HangReport:
     stuck: dict[int, Blocked]
     graph: nx.DiGraph
     findings: list[Finding] = field(default_factory=list)
-    dot: str = ""
+    on_cycle: set[int] = field(default_factory=set)
+    """Ranks on a deadlock cycle."""
+    labels: dict[int, str] = field(default_factory=dict)
+    """Per stuck rank: what it is blocked in (a line), then its frame (the DOT graph's labels)."""
+    node_notes: dict[int, str] = field(default_factory=dict)
+    """Per stuck or stalled rank: a short note (blocked in what, where; or what it never entered),
+    for pictures of the graph."""
 
     @property
     def hung(self) -> bool:
@@ -75,24 +88,31 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
         )
     # ranks that failed or left nothing are root causes too, unless the hang explains them: a stuck
     # rank's stream ends where it was stuck, a stalled rank's finding says how it ended
-    explained = set(stuck) | {r for f in found if f.kind == "stalled_rank" for r in f.culprit_ranks}
+    explained = set(stuck) | {r for f in found if f.kind == STALLED_RANK for r in f.culprit_ranks}
     explained |= {r for _, sinks in caused.values() for r in sinks}
     found += rank_status.check(trace, explained)
-    labels = {r: f"{key_text(b.key, groups, b.event['op'])}\\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
+    labels = {r: f"{b.key.text(groups, b.event['op'])}\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
     found = fr_numbers.annotate(trace, found)
     return HangReport(
-        "post-mortem" if stopped else "replayed", stuck, graph, found, to_dot(graph, stuck, labels, on_cycle)
+        "post-mortem" if stopped else "replayed",
+        stuck,
+        graph,
+        found,
+        on_cycle,
+        labels,
+        _node_notes(trace, stuck, found, groups),
     )
 
 
 def _mismatched(trace: Trace) -> list[Finding]:
     """The collectives check's extra or skipped collectives (a rank that stopped is a stall)."""
     from analyzer.checks import collectives
+    from analyzer.checks.options import CheckOptions
 
     return [
         f
-        for f in collectives.check(trace)
-        if f.kind == "missing_collective" and f.extra.get("detail") in ("extra", "skipped")
+        for f in collectives.check(trace, CheckOptions()).findings
+        if f.kind == collectives.MISSING_COLLECTIVE and f.extra.get("detail") in ("extra", "skipped")
     ]
 
 
@@ -104,12 +124,29 @@ def _collective_cause(
     issues, and they look like stalled ranks. The root cause is the collectives check's finding
     on that group whose culprits are among the ranks involved: check and hang give one verdict."""
     direct = sorted(graph.predecessors(sink))
-    gids = {stuck[w].key[1] for w in direct if stuck[w].key[0] == "c"}
+    gids = {stuck[w].key.group for w in direct if stuck[w].key.collective}
     involved = set(direct) | {sink}
     for f in mismatched:  # the first (lowest position) finding on the group that names them
         if any(f.group == groups.get(g) for g in gids) and set(f.culprit_ranks) & involved:
             return f
     return None
+
+
+def _node_notes(trace: Trace, stuck: dict[int, Blocked], found: list[Finding], groups: dict) -> dict[int, str]:
+    """What each rank of the graph is blocked in and where (short: it sits under a node), or what
+    a stalled rank never entered."""
+    out = {
+        f.culprit_ranks[0]: f"never entered\n{f.extra.get('never_entered', '?')}"
+        for f in found
+        if f.kind == STALLED_RANK and len(f.culprit_ranks) == 1
+    }
+    waited = waited_ops(trace, stuck, [r for r, b in stuck.items() if b.event["op"] == "wait"])
+    for r, b in stuck.items():
+        at_wait = b.event["op"] == "wait"
+        what = b.key.text(groups, waited.get(r, "op") if at_wait else b.event["op"], arrow="→", label_only=True)
+        frame = os.path.basename(str(b.event.get("frame") or "?"))
+        out[r] = ("wait on " if at_wait else "") + f"{what}\n{frame}"
+    return out
 
 
 def _stalled(
@@ -118,10 +155,10 @@ def _stalled(
     waiters = sorted(nx.ancestors(graph, rank))
     direct = sorted(graph.predecessors(rank))
     # what the direct waiters are blocked in: the op this rank never entered
-    first = min((stuck[w] for w in direct), key=lambda b: (b.key[1], b.key[-1]))
+    first = min((stuck[w] for w in direct), key=lambda b: (b.key.group, b.key.seq))
     ev = first.event
     frame = ev.get("frame") or "?"
-    what = key_text(first.key, groups, ev["op"]) if ev["op"] != "wait" else "the op waited on at " + frame
+    what = first.key.text(groups, ev["op"]) if ev["op"] != "wait" else "the op waited on at " + frame
     status = trace.status.get(rank, {})
     last = _last_comm(trace, rank)
     tail = f"; its last recorded op was {last}" if last else "; it recorded no collective"
@@ -131,20 +168,20 @@ def _stalled(
         f"rank {rank} never entered {what} ({frame}); {len(waiters)} rank"
         f"{'s' if len(waiters) != 1 else ''} wait on it transitively ({len(direct)} directly){tail}"
     )
-    extra = {"waiting_ranks": waiters, "never_entered": what}
+    extra: dict[str, object] = {"waiting_ranks": waiters, "never_entered": what}
     if expected is not None:
-        members = trace.groups.filter(pl.col("gid") == first.key[1])["ranks"]
-        waited = (tuple(members[0]), first.key[-1]) if first.key[0] == "c" and len(members) else None
+        members = trace.groups.filter(pl.col("gid") == first.key.group)["ranks"]
+        waited = (tuple(members[0]), first.key.seq) if first.key.collective and len(members) else None
         nxt = next_expected(trace, expected, rank, waited)
         if nxt:
             msg += f". Expected next (golden): {nxt['text']}"
             extra["expected_next"] = nxt
     return Finding(
-        kind="stalled_rank",
+        kind=STALLED_RANK,
         ranks=sorted(set(waiters) | {rank}),
         culprit_ranks=[rank],
-        group=groups.get(first.key[1]),
-        seq=first.key[-1],
+        group=groups.get(first.key.group),
+        seq=first.key.seq,
         op=ev["op"],
         expected=what,
         actual={rank: last or "nothing recorded"},
@@ -211,12 +248,12 @@ def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
     out: dict[tuple, dict] = {}
     for b in report.stuck.values():
         what = (
-            key_text(b.key, groups, b.event["op"])
+            b.key.text(groups, b.event["op"])
             if b.event["op"] != "wait"
-            else "wait on " + key_text(b.key, groups, waited.get(b.rank, "op"))
+            else "wait on " + b.key.text(groups, waited.get(b.rank, "op"))
         )
         row = out.setdefault(
-            b.key, {"what": what, "group": group_text(groups.get(b.key[1])), "blocked": [], "missing": set()}
+            b.key, {"what": what, "group": group_text(groups.get(b.key.group)), "blocked": [], "missing": set()}
         )
         row["blocked"].append(b.rank)
         row["missing"].update(b.waits_for)

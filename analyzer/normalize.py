@@ -35,12 +35,10 @@ import numpy as np
 import polars as pl
 
 from analyzer.trace import Trace
-from traceformat.format import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
+from traceformat.ops import COMM_OPS, GROUP_OPS, P2P_OPS, ROOTED_OPS
 
-COMM_OPS = COLLECTIVE_OPS | P2P_OPS
 STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}
 """What a rank's comparable stream holds (waits and redistribute markers are implied by these)."""
-ROOTED_OPS = ("broadcast", "reduce", "gather", "scatter")
 MESH_LABELS = ("world",)
 """Labels of groups that a 1-D DeviceMesh may reuse (torch hands back the default group)."""
 DIM_ALIASES = {"dp_shard": "fsdp", "dp_shard_cp": "fsdp", "dp_shard_in_ep": "ep", "dp_shard_mod_ep": "efsdp"}
@@ -100,7 +98,7 @@ def group_keys(trace: Trace, aliases: dict[str, str] | None = None) -> pl.DataFr
 def _one_dim_meshes(trace: Trace) -> dict[tuple, str]:
     """Members -> dim name of every 1-D (sub)mesh the trace saw (from the mesh events' info)."""
     ids = trace.patterns.filter(pl.col("op") == "mesh")["info"].unique().to_list()
-    out = {}
+    out: dict[tuple[int, ...], str] = {}
     for aid in ids:
         info = trace.atom(aid)
         if isinstance(info, dict) and len(info.get("dims") or []) == 1 and info.get("ranks"):
@@ -171,7 +169,7 @@ def normalize(trace: Trace, options: Options | None = None) -> pl.DataFrame:
     where = (
         pl.when(is_p2p)
         .then(pl.format("peer=+{}", (pl.col("peer_pos") - pl.col("self_pos")) % pl.col("gsize")))
-        .when(pl.col("op").is_in(ROOTED_OPS))
+        .when(pl.col("op").is_in(sorted(ROOTED_OPS)))
         .then(pl.format("root={}", pl.col("peer_pos")))
         .otherwise(pl.lit(""))
     )

@@ -30,9 +30,6 @@ if TYPE_CHECKING:  # imported where used: `analyzer --help` stays light
     from analyzer.hang import HangReport
     from analyzer.summary import Summary
 
-BLOCKING_KINDS = frozenset({"missing_collective", "unmatched_p2p", "deadlock_cycle", "missing_rank"})
-"""Finding kinds after which some rank may wait forever."""
-
 
 @dataclass(kw_only=True, slots=True)
 class ReportInputs:
@@ -56,6 +53,8 @@ class Report:
     inputs: ReportInputs
     findings: list[Finding]
     """check's findings, then hang's root causes that check did not already report."""
+    notes: list[str] = field(default_factory=list)
+    """What the analyses could not verify (shown with the trace's own notes)."""
     hang: HangReport | None = None
     """None where no rank can block (see the module doc)."""
     frontier: list[dict] = field(default_factory=list)
@@ -78,7 +77,7 @@ def may_hang(trace: Trace, found: list[Finding]) -> bool:
         return True
     if any(s.get("status", "ok") != "ok" for s in trace.status.values()):
         return True
-    return any(f.kind in BLOCKING_KINDS for f in found)
+    return any(f.info.blocks for f in found)
 
 
 def volume_frames(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -106,9 +105,11 @@ def merged_findings(checked: list[Finding], hang_found: list[Finding]) -> list[F
 
 def build_report(trace: Trace, inputs: ReportInputs) -> Report:
     from analyzer.checks import run_checks
+    from analyzer.checks.options import CheckOptions
     from analyzer.summary import summarize
 
-    checked = run_checks(trace)
+    checks = run_checks(trace, CheckOptions(eager_bytes=inputs.eager_bytes))
+    checked, notes = checks.findings, list(checks.notes)
     hang, frontier, hang_found = None, [], []
     if may_hang(trace, checked):
         from analyzer.hang import analyze, frontier_rows
@@ -125,6 +126,7 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
         trace=trace,
         inputs=inputs,
         findings=merged_findings(checked, hang_found),
+        notes=notes,
         hang=hang,
         frontier=frontier,
         volume=volume,

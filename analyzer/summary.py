@@ -12,7 +12,7 @@ import polars as pl
 
 from analyzer.findings import ranks_text
 from analyzer.trace import Trace
-from traceformat.format import COLLECTIVE_OPS, P2P_OPS
+from traceformat.ops import COMM_OPS
 
 
 @dataclass
@@ -25,7 +25,7 @@ class Summary:
 
 def comm_events(trace: Trace) -> pl.DataFrame:
     """Collective and p2p events with their group label/size and `bytes` = larger buffer side."""
-    ops = sorted(COLLECTIVE_OPS | P2P_OPS)
+    ops = sorted(COMM_OPS)
     return (
         trace.select("rank", "op", "group", "in_bytes", "out_bytes", "phase", "step", ops=ops)
         .join(trace.groups.select("gid", "label", "size"), left_on="group", right_on="gid", how="left")

@@ -1,5 +1,5 @@
 """The analyzer's view of a trace: polars frames (`Trace`), built from decoded trace data by
-`from_data` whatever the input (a source in analyzer/sources/ reads the input; analyzer.load
+`from_data` whatever the input (a source in analyzer/sources/ reads the input; analyzer.loader
 picks the source).
 
     >>> from analyzer import load
@@ -28,6 +28,20 @@ from traceformat import format as fmt
 STRING_COLUMNS = ("op", "dtype", "reduce_op", "module", "phase", "frame")
 
 
+SOURCE_COLUMNS: dict[str, tuple[Any, str]] = {
+    "state": (
+        pl.String,
+        'Flight Recorder: "scheduled" / "started" / "completed" as FR knew it at dump time '
+        "(gloo never updates an entry: there, completed when its group's last_completed_collective is past it)",
+    ),
+    "record_id": (pl.Int64, "Flight Recorder: the entry's record id (its position in the ring buffer's history)"),
+    "fr_seq": (pl.Int64, "Flight Recorder: the entry's collective_seq_id (from 1, per group; 0 on p2p)"),
+    "fr_p2p_seq": (pl.Int64, "Flight Recorder: the entry's p2p_seq_id (from 1; 0 on collectives)"),
+}
+"""Optional per-event stream columns, (dtype, meaning) by name: a source gives them or not
+(`Trace.has`); one not declared here is refused."""
+
+
 class LoadError(ValueError):
     """Input that cannot be analysed; the message is one line."""
 
@@ -41,7 +55,8 @@ class Trace:
     out_shapes, splits, info as atom ids; parent / ref as events back, -1 none)."""
     stream: pl.DataFrame
     """One row per event: rank, idx (program order within the rank), code (row of `patterns`),
-    seq, step, batch, ts, plus what a source adds (Flight Recorder: state, record_id)."""
+    seq, step, batch, ts, plus the SOURCE_COLUMNS its source gives (Flight Recorder: state,
+    record_id)."""
     groups: pl.DataFrame
     """gid, name, ranks (list), desc, label (mesh dim name or description), size."""
     atoms: list
@@ -52,6 +67,15 @@ class Trace:
     notes: list[str] = field(default_factory=list)
     truncated: bool = False
     _events: pl.DataFrame | None = field(default=None, repr=False)
+
+    def has(self, column: str) -> bool:
+        """Whether the trace's source gave this optional stream column (SOURCE_COLUMNS)."""
+        return column in self.stream.columns
+
+    @property
+    def mode(self) -> fmt.Mode | None:
+        """How the trace was made (None: a mode this version does not know)."""
+        return fmt.Mode.of(self.header.get("mode"))
 
     @property
     def world_size(self) -> int:
@@ -144,10 +168,16 @@ def group_label(desc: str, name: str) -> str:
     return desc
 
 
-def from_data(data: fmt.TraceData, notes: list[str] | None = None) -> Trace:
+def from_data(data: fmt.TraceData, notes: list[str] | None = None, columns: dict | None = None) -> Trace:
+    """The frames of decoded trace data; `columns`: values of SOURCE_COLUMNS per event, in rank
+    then program order."""
     notes = list(notes or []) + list(data.notes)
     ranks = sorted(data.columns)
     patterns, stream, n_of = _frames(data, ranks)
+    for name, values in (columns or {}).items():
+        if name not in SOURCE_COLUMNS:
+            raise ValueError(f"stream column {name!r} is not declared in SOURCE_COLUMNS")
+        stream = stream.with_columns(pl.Series(name, values, dtype=SOURCE_COLUMNS[name][0]))
     groups = pl.DataFrame(
         {
             "gid": [g["gid"] for g in data.groups.values()],

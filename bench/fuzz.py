@@ -157,7 +157,7 @@ def analyse(path: str, reference, render_page: bool = True) -> str:
     The report runs check, hang (where a rank can block), summary, volume and the diff against
     `reference`; hang runs on its own where the report skipped it, as `analyzer hang` would."""
     from analyzer.hang import analyze, frontier_rows
-    from analyzer.load import LoadError, load
+    from analyzer.loader import LoadError, load
     from analyzer.report import ReportInputs, build_report
 
     try:
@@ -178,7 +178,7 @@ _STATE: dict = {}
 
 
 def _init(seed: int, limit: float, work: str, out: str | None, render_every: int = 1) -> None:
-    from analyzer.load import load
+    from analyzer.loader import load
     from traceformat import parts as trace_parts
 
     trace_parts.PARALLEL_FROM = 1 << 30  # decode parts in this process (module doc)

@@ -57,7 +57,7 @@ def streams(path: str, ranks: list[int]) -> dict[int, list[tuple]]:
     """Each rank's events as comparable tuples: atoms decoded, groups as member lists."""
     import polars as pl
 
-    from analyzer.load import load
+    from analyzer.loader import load
 
     t = load(path)
     members = {r["gid"]: tuple(r["ranks"]) for r in t.groups.iter_rows(named=True)}

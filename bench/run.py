@@ -113,7 +113,7 @@ def _overhead_args() -> list[str]:
 
 
 def _events(path: str) -> int:
-    from analyzer.load import load
+    from analyzer.loader import load
 
     return load(path).n_events
 

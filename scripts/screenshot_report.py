@@ -97,7 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     os.chdir(REPO)  # the report names its traces as given: repository-relative
 
-    from analyzer.load import load
+    from analyzer.loader import load
 
     sys.path.insert(0, os.path.join(REPO, "scripts"))
     from headless_chromium import Chromium

@@ -68,7 +68,7 @@ def recorded(tmp_path_factory):
 @pytest.fixture(scope="session")
 def workload(tmp_path_factory):
     """workload(name, mode="fake") -> (loaded trace, RecordResult) of examples/<name>.toml (cached)."""
-    from analyzer.load import load
+    from analyzer.loader import load
     from tracer import config
     from tracer.record import record
 

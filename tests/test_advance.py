@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from analyzer.checks import ordering
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.waitfor.advance import advance
 from analyzer.waitfor.certificate import ordered
 from analyzer.waitfor.replay import simulate

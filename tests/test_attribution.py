@@ -10,7 +10,7 @@ import torch
 import typing_extensions
 from conftest import PROGRAMS, REPO, program, stream
 
-from analyzer.load import load
+from analyzer.loader import load
 from tracer.capture.attribution import is_user_path
 
 
@@ -50,7 +50,7 @@ def test_user_paths():
     assert not is_user_path(os.path.join(stdlib, "runpy.py"))
     assert not is_user_path(typing_extensions.__file__)  # torch's own calls go through its wrappers
     assert not is_user_path(os.path.join(REPO, "tracer", "capture", "process_group.py"))
-    assert not is_user_path(os.path.join(REPO, "analyzer", "load.py"))
+    assert not is_user_path(os.path.join(REPO, "analyzer", "loader.py"))
     assert is_user_path(os.path.join(REPO, "tracer", "workloads", "train.py"))  # plays the user's program
     assert is_user_path(os.path.join(stdlib, "site-packages", "torchtitan", "train.py"))  # base interpreter's
     assert is_user_path(os.path.join(os.path.dirname(torch_dir), "torchtitan", "train.py"))

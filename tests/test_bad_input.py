@@ -9,7 +9,7 @@ import time
 import pytest
 from conftest import BIN, program, stream
 
-from analyzer.load import LoadError, load
+from analyzer.loader import LoadError, load
 
 
 def run(*args, cwd=None, timeout=120):
@@ -19,7 +19,7 @@ def run(*args, cwd=None, timeout=120):
 
 
 def one_line_error(proc) -> str:
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert lines, proc.stderr
     assert "Traceback" not in proc.stderr
     return lines[0]

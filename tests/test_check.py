@@ -9,7 +9,7 @@ import pytest
 from conftest import BIN
 
 from analyzer.checks import run_checks
-from analyzer.load import load
+from analyzer.loader import load
 
 # program, world size, kind, culprit ranks, seq (None: not applicable)
 SEEDED = [
@@ -29,7 +29,7 @@ SEEDED = [
 @pytest.mark.parametrize("name,world,kind,culprits,seq", SEEDED, ids=[s[0] for s in SEEDED])
 def test_seeded_bug_found_with_right_kind_and_culprit_and_nothing_else(recorded, name, world, kind, culprits, seq):
     path, _ = recorded(name, world, "fake")
-    found = run_checks(load(path))
+    found = run_checks(load(path)).findings
     assert [(f.kind, f.culprit_ranks, f.seq) for f in found] == [(kind, culprits, seq)], [f.message for f in found]
     (f,) = found
     assert set(f.culprit_ranks) <= set(f.ranks)
@@ -41,7 +41,7 @@ def test_seeded_bug_found_with_right_kind_and_culprit_and_nothing_else(recorded,
 
 def test_skip_reports_the_right_place_and_no_cascade(recorded):
     path, _ = recorded("bug_subgroup_skip", 8, "fake")
-    (f,) = run_checks(load(path))
+    (f,) = run_checks(load(path)).findings
     assert f.group["label"] == "tp" and f.group["ranks"] == [4, 5, 6, 7]
     assert f.extra["detail"] == "skipped" and f.extra["count"] == 1
     assert "skipped all_reduce #1" in f.message and "bug_subgroup_skip.py:14" in f.message
@@ -49,7 +49,7 @@ def test_skip_reports_the_right_place_and_no_cascade(recorded):
 
 def test_rank_that_stops_is_one_finding_per_group(recorded):
     path, _ = recorded("raises", 4, "fake")
-    found = run_checks(load(path))
+    found = run_checks(load(path)).findings
     assert [(f.kind, f.culprit_ranks, f.extra.get("detail")) for f in found] == [
         ("missing_collective", [2], "stopped"),
         ("failed_rank", [2], None),
@@ -77,7 +77,7 @@ def test_healthy_programs_have_no_findings(recorded, name, world, mode):
     if res.errors:  # p2p, reduce and rank-dependent arguments are refused in local mode
         assert mode == "local" and name in ("p2p", "reduce", "collectives")
         return
-    assert run_checks(load(path)) == []
+    assert run_checks(load(path)).findings == []
 
 
 @pytest.mark.parametrize("mode", ["fake", "local"])
@@ -88,7 +88,7 @@ def test_example_has_no_findings(tmp_path, mode):
     out = str(tmp_path / "ex.trace")
     example = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "fsdp_tp.py")
     assert record(Program(script=example), world_size=4, out=out, mode=mode, progress=False).errors == {}
-    assert run_checks(load(out)) == []
+    assert run_checks(load(out)).findings == []
 
 
 def test_cli_exit_codes_and_json(recorded, tmp_path):
@@ -133,7 +133,7 @@ def test_missing_rank_is_noted_and_the_rest_checked(recorded, tmp_path):
     t = load(tmp_path)
     assert t.ranks == [0, 1, 2] and t.missing_ranks == [3]
     assert any("missing ranks" in n and "3" in n for n in t.notes)
-    found = run_checks(t)
+    found = run_checks(t).findings
     assert [(f.kind, f.culprit_ranks) for f in found] == [("dtype_mismatch", [2]), ("missing_rank", [3])]
     assert found[1].message == (
         "rank 3 left no events (its process most likely died before recording anything: see its log)"

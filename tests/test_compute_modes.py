@@ -10,7 +10,7 @@ from conftest import REPO, program, stream
 from test_workload_config import run_tracer
 
 from analyzer.diff import diff_traces
-from analyzer.load import load
+from analyzer.loader import load
 
 SKIP = {"ts", "rank", "label", "ranks"}
 

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from analyzer.checks import run_checks
 from analyzer.diff import diff_traces
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.render import console as render
 from analyzer.summary import summarize
 

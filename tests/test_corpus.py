@@ -7,7 +7,7 @@ import pytest
 from conftest import stream
 
 from analyzer.checks import run_checks
-from analyzer.load import load
+from analyzer.loader import load
 
 SKIP_OPS = {"wait", "new_group", "mesh", "init_process_group", "redistribute", "split_group"}
 

@@ -7,9 +7,10 @@ import pytest
 from conftest import BIN
 
 from analyzer.checks import run_checks
+from analyzer.checks.options import CheckOptions
 from analyzer.checks.ordering import check as ordering_check
 from analyzer.hang import analyze
-from analyzer.load import load
+from analyzer.loader import load
 
 CYCLES = [
     ("deadlock_mesh", 4, [0, 1, 3, 2]),  # 0 waits 1 (tp), 1 waits 3 (dp), 3 waits 2 (tp), 2 waits 0 (dp)
@@ -21,7 +22,7 @@ CYCLES = [
 @pytest.mark.parametrize("name,world,cycle", CYCLES, ids=[c[0] for c in CYCLES])
 def test_exactly_one_deadlock_cycle_naming_its_ranks(recorded, name, world, cycle):
     path, _ = recorded(name, world, "fake")
-    found = run_checks(load(path))
+    found = run_checks(load(path)).findings
     assert [(f.kind, f.culprit_ranks) for f in found] == [("deadlock_cycle", sorted(cycle))], [f.message for f in found]
     f = found[0]
     assert f.extra["cycle"] == cycle  # in wait order, starting from the lowest rank
@@ -30,21 +31,27 @@ def test_exactly_one_deadlock_cycle_naming_its_ranks(recorded, name, world, cycl
 
 
 def test_mesh_cycle_goes_through_all_four_groups(recorded):
-    (f,) = ordering_check(load(recorded("deadlock_mesh", 4, "fake")[0]))
+    (f,) = ordering_check(load(recorded("deadlock_mesh", 4, "fake")[0]), CheckOptions()).findings
     assert sorted(g["label"] for g in f.extra["groups"]) == ["dp", "dp", "tp", "tp"]
     assert "waiting for rank 1" in f.message and "waiting for rank 0" in f.message
 
 
 def test_eager_small_sends_are_not_a_deadlock(recorded):
-    t = load(recorded("deadlock_send_send", 2, "fake")[0])
-    assert ordering_check(t, eager_bytes=4096) == []  # 1024 floats = 4 KiB fit the eager limit
-    assert len(ordering_check(t, eager_bytes=1024)) == 1
+    path = recorded("deadlock_send_send", 2, "fake")[0]
+    t = load(path)
+    assert ordering_check(t, CheckOptions(eager_bytes=4096)).findings == []  # 1024 floats = 4 KiB: eager
+    assert len(ordering_check(t, CheckOptions(eager_bytes=1024)).findings) == 1
+    # the CLI passes the same option: `check` agrees with `hang`
+    check = [os.path.join(BIN, "analyzer"), "check", path]
+    assert subprocess.run([*check, "--eager-bytes", "4096"], capture_output=True).returncode == 0
+    p = subprocess.run([*check, "--eager-bytes", "1024"], capture_output=True, text=True)
+    assert p.returncode == 1 and "deadlock_cycle" in p.stdout
 
 
 @pytest.mark.parametrize("name,world", [("p2p", 4), ("fsdp", 4), ("tp", 4), ("groups", 8), ("collectives", 4)])
 def test_healthy_traces_have_no_cycle_and_no_hang(recorded, name, world):
     t = load(recorded(name, world, "fake")[0])
-    assert ordering_check(t) == []
+    assert ordering_check(t, CheckOptions()).findings == []
     report = analyze(t)
     assert not report.hung and report.findings == []
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import BIN, REPO, program
 
 from analyzer.diff import diff_traces
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.normalize import Options, normalize
 from tracer.golden import record_example
 

@@ -9,7 +9,7 @@ from conftest import program
 from test_workload_config import run_tracer
 
 from analyzer.diff import diff_traces
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.normalize import Options, normalize, parse_aliases
 
 

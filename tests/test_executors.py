@@ -8,7 +8,7 @@ import ray  # the `test` extra installs it
 from conftest import program, stream
 from test_workload_config import run_tracer
 
-from analyzer.load import load
+from analyzer.loader import load
 
 SKIP = {"ts"}
 

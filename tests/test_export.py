@@ -13,7 +13,7 @@ import pytest
 from conftest import BIN, REPO
 from polars.testing import assert_frame_equal
 
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.render.frames import events_frame, groups_path
 
 sys.path.insert(0, os.path.join(REPO, "bench"))

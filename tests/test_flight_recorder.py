@@ -13,7 +13,7 @@ import pytest
 from conftest import BIN, HERE, REPO
 
 from analyzer.checks import run_checks
-from analyzer.load import LoadError, load
+from analyzer.loader import LoadError, load
 
 FORMS = ("pickle", "json", "repaired")
 # case -> (kind, culprit ranks, group label); None: no findings
@@ -42,14 +42,14 @@ def fr_dumps(tmp_path_factory):
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("case", sorted(EXPECTED))
 def test_seeded_bug_has_right_kind_and_culprit(fr_dumps, case, form):
-    found = run_checks(load(fr_dumps / case / form))
+    found = run_checks(load(fr_dumps / case / form)).findings
     expected = EXPECTED[case]
     got = [(f.kind, f.culprit_ranks, f.group["label"]) for f in found]
     assert got == ([] if expected is None else [expected]), [f.message for f in found]
 
 
 def test_skip_is_one_finding_at_the_skipped_collective(fr_dumps):
-    (f,) = run_checks(load(fr_dumps / "skip" / "pickle"))
+    (f,) = run_checks(load(fr_dumps / "skip" / "pickle")).findings
     assert f.extra["detail"] == "skipped" and "make_dumps.py" in f.message
 
 
@@ -58,7 +58,7 @@ def test_dead_rank_is_missing_and_the_rest_analysed(fr_dumps):
         t = load(fr_dumps / "dead" / form)
         assert t.ranks == [0, 1, 2] and t.missing_ranks == [3] and t.world_size == 4
         assert any("missing ranks" in n for n in t.notes)
-    (f,) = run_checks(load(fr_dumps / "dead" / "pickle"))
+    (f,) = run_checks(load(fr_dumps / "dead" / "pickle")).findings
     assert f.extra["waiting"] == [0, 1, 2] and f.op == "all_reduce"
 
 
@@ -121,7 +121,7 @@ def test_one_dump_file_and_any_naming(fr_dumps, tmp_path):
     assert t.ranks == [3]
     for r, src in enumerate(sorted((fr_dumps / "size" / "pickle").iterdir())):
         (tmp_path / f"nccl_trace_host{r + 7:02d}_{r}").write_bytes(src.read_bytes())
-    assert [(f.kind, f.culprit_ranks) for f in run_checks(load(tmp_path))] == [("shape_mismatch", [2])]
+    assert [(f.kind, f.culprit_ranks) for f in run_checks(load(tmp_path)).findings] == [("shape_mismatch", [2])]
 
 
 class _Evil:
@@ -148,7 +148,7 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path):
 
 def test_importer_needs_no_torch(fr_dumps):
     code = (
-        "import sys; from analyzer.load import load; from analyzer.checks import run_checks; "
+        "import sys; from analyzer.loader import load; from analyzer.checks import run_checks; "
         f"run_checks(load({str(fr_dumps / 'op' / 'pickle')!r})); assert 'torch' not in sys.modules, 'torch'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
@@ -171,7 +171,7 @@ def test_cross_group_cycle_from_the_entries_each_rank_is_stuck_in(fr_dumps, form
     from analyzer.hang import analyze
 
     t = load(fr_dumps / "cycle" / form)
-    found = run_checks(t)
+    found = run_checks(t).findings
     assert [(f.kind, f.culprit_ranks) for f in found] == [("deadlock_cycle", [0, 1, 2, 3])], [f.message for f in found]
     assert len(found[0].extra["groups"]) == 4
     report = analyze(t)

@@ -9,7 +9,7 @@ import polars as pl
 from conftest import REPO
 
 from analyzer.checks import run_checks
-from analyzer.load import load
+from analyzer.loader import load
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from fr_synth import dump, groups  # noqa: E402
@@ -27,7 +27,7 @@ def test_synthetic_healthy_scale_pattern_is_clean(tmp_path):
     _write(tmp_path, {r: dump(r, 16, 200, config, mine[r]) for r in range(16)})
     t = load(tmp_path)
     assert t.events.height == 16 * 200 and t.groups.height == 1 + 2 + 8
-    assert run_checks(t) == []
+    assert run_checks(t).findings == []
 
 
 def test_wrapped_ring_buffers_are_aligned(tmp_path):
@@ -36,7 +36,7 @@ def test_wrapped_ring_buffers_are_aligned(tmp_path):
     dumps[5]["entries"] = dumps[5]["entries"][40:]  # rank 5's buffer wrapped: older entries gone
     _write(tmp_path, dumps)
     t = load(tmp_path)
-    assert run_checks(t) == [] and any("ring buffers wrapped" in n for n in t.notes)
+    assert run_checks(t).findings == [] and any("ring buffers wrapped" in n for n in t.notes)
 
 
 def _entry(rid, name, pg, seq, p2p, ins, outs, dtype="Float", state="completed"):
@@ -79,7 +79,7 @@ def test_nccl_p2p_matched_per_pair_and_mismatch_found(tmp_path):
     t = load(tmp_path)
     sends = t.events.filter(pl.col("op") == "send").select("rank", "peer", "seq").rows()
     assert sorted(sends) == [(0, 1, 0), (1, 0, 0)]
-    assert [(f.kind, f.culprit_ranks) for f in run_checks(t)] == [("p2p_mismatch", [0, 1])]
+    assert [(f.kind, f.culprit_ranks) for f in run_checks(t).findings] == [("p2p_mismatch", [0, 1])]
 
 
 def test_old_version_without_seq_names_or_process_group(tmp_path):
@@ -99,4 +99,4 @@ def test_old_version_without_seq_names_or_process_group(tmp_path):
     _write(tmp_path, {r: {"version": "1.5", "pg_config": {}, "entries": entries} for r in range(2)})
     t = load(tmp_path)
     assert t.events["seq"].to_list() == [0, 1, 2, 0, 1, 2] and t.groups["ranks"].to_list() == [[0, 1]]
-    assert run_checks(t) == []
+    assert run_checks(t).findings == []

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 from analyzer.diff import diff_traces
-from analyzer.load import LoadError, load
+from analyzer.loader import LoadError, load
 from traceformat import codec
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader

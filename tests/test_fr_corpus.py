@@ -12,7 +12,7 @@ from conftest import BIN, HERE
 
 from analyzer.checks import run_checks
 from analyzer.hang import analyze
-from analyzer.load import load
+from analyzer.loader import load
 
 sys.path.insert(0, os.path.join(HERE, "fr"))
 import corpus  # noqa: E402

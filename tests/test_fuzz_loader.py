@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from analyzer.checks import run_checks
 from analyzer.checks.common import majority
-from analyzer.load import LoadError, load
+from analyzer.loader import LoadError, load
 from analyzer.summary import summarize
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader

@@ -11,7 +11,7 @@ from conftest import BIN, REPO
 from rich.console import Console
 
 from analyzer.diff import diff_traces
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.normalize import Options
 from traceformat.golden import examples, write_golden
 from tracer.golden import record_example

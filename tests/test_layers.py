@@ -41,7 +41,7 @@ def test_no_import_between_recorder_and_analyzer():
 
 def test_analyzer_cli_loads_neither_torch_nor_the_recorder():
     code = (
-        "import sys, analyzer.cli, analyzer.load, analyzer.checks, analyzer.hang, analyzer.report, "
+        "import sys, analyzer.cli, analyzer.loader, analyzer.checks, analyzer.hang, analyzer.report, "
         "analyzer.golden; bad = sorted(m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'tracer'); "
         "assert not bad, bad"
     )

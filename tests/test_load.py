@@ -7,7 +7,7 @@ import os
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from analyzer.load import load
+from analyzer.loader import load
 from traceformat import format as fmt
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
@@ -49,3 +49,15 @@ def test_merged_trace_loads_like_its_parts(tmp_path):
     a = a.with_columns(in_shapes=pl.col("in_shapes").map_elements(lambda i: str(merged.atom(i)), pl.String))
     b = b.with_columns(in_shapes=pl.col("in_shapes").map_elements(lambda i: str(from_parts.atom(i)), pl.String))
     assert_frame_equal(a, b)
+
+
+def test_package_load_stays_the_function_once_the_loader_module_is_imported():
+    """`from analyzer import load` (the README's notebook entry point) is the function even after
+    the loader module was imported (a submodule named `load` used to replace it on the package)."""
+    import analyzer
+    import analyzer.loader  # noqa: F401
+    from analyzer import load as entry
+
+    assert entry is analyzer.load and callable(entry) and entry.__module__ == "analyzer"
+    t = entry(GOLDEN)
+    assert t.ranks == load(GOLDEN).ranks

@@ -4,7 +4,7 @@ for the same SPMD program: every column of every event of every rank, except tim
 import pytest
 from conftest import stream
 
-from analyzer.load import load
+from analyzer.loader import load
 
 SPMD = [("fsdp", 4), ("tp", 4), ("dtensor", 4), ("groups", 8), ("a2a_splits", 4)]
 SKIP = {"ts", "rank", "label", "ranks"}

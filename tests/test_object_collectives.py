@@ -6,7 +6,7 @@ import pytest
 from conftest import stream
 
 from analyzer.checks import run_checks
-from analyzer.load import load
+from analyzer.loader import load
 
 W = ("world", (0, 1, 2, 3))
 P = "pickle"  # a pickled object's bytes: uint8 of the pickle's length

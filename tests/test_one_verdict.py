@@ -10,7 +10,7 @@ from conftest import BIN
 
 from analyzer.checks import run_checks
 from analyzer.hang import analyze
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.report import ReportInputs, build_report
 
 

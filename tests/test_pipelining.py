@@ -16,7 +16,7 @@ import pytest
 from conftest import stream
 
 from analyzer.checks import run_checks
-from analyzer.load import load
+from analyzer.loader import load
 
 SCHEDULES = ["GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "LoopedBFS"]
 LOOPED = {"Interleaved1F1B", "InterleavedZeroBubble", "LoopedBFS"}

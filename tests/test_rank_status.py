@@ -9,7 +9,7 @@ import subprocess
 from conftest import BIN, program
 
 from analyzer.checks import run_checks
-from analyzer.load import load
+from analyzer.loader import load
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
 
@@ -62,7 +62,7 @@ def test_ranks_killed_at_the_timeout_are_named_with_why(tmp_path):
         r: {"status": "timed_out", "why": "timed out after 4 s (killed; events up to then are kept)"} for r in (0, 1)
     }
     assert {r: s["status"] for r, s in t.status.items()} == {0: "timed_out", 1: "timed_out"} and t.truncated
-    (f,) = run_checks(t)
+    (f,) = run_checks(t).findings
     assert (f.kind, f.culprit_ranks) == ("failed_rank", [0, 1])
     assert f.message == (
         "ranks 0-1 timed out: timed out after 4 s (killed; events up to then are kept) (4 events "

@@ -3,7 +3,7 @@
 import pytest
 from conftest import sig, stream
 
-from analyzer.load import load
+from analyzer.loader import load
 
 COMM = {
     "all_reduce",

@@ -23,7 +23,7 @@ import pytest
 from conftest import stream
 
 from analyzer.checks import run_checks
-from analyzer.load import load
+from analyzer.loader import load
 
 MLP = 665104
 REBUILT = [270864, 394240]

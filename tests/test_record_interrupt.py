@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import BIN, REPO, program
 
-from analyzer.load import load
+from analyzer.loader import load
 from traceformat.reader import read_trace
 
 

@@ -4,7 +4,7 @@ on every rank, in both modes."""
 import pytest
 from conftest import sig, stream
 
-from analyzer.load import load
+from analyzer.loader import load
 
 AG, RS = "all_gather_into_tensor", "reduce_scatter_tensor"
 MODES = ["fake", "local"]

@@ -8,10 +8,10 @@ import pytest
 from conftest import REPO
 
 from analyzer.hang import analyze
-from analyzer.load import load
-from traceformat import format as fmt
+from analyzer.loader import load
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
+from traceformat.ops import COMM_OPS, GROUP_OPS
 from tracer.replay import ReplayError, plan, replay
 
 
@@ -57,7 +57,7 @@ def test_healthy_recording_replays_on_gloo(recorded, tmp_path, name, world):
     assert not report.hung and report.findings == []
     # the replay issues what was recorded: same comm ops per rank, in order
     src = load(path)
-    comm = sorted(fmt.COLLECTIVE_OPS | fmt.P2P_OPS)
+    comm = sorted(COMM_OPS)
     for r in range(world):
         ops = [
             x.events.filter((x.events["rank"] == r) & x.events["op"].cast(str).is_in(comm))["op"].cast(str).to_list()
@@ -117,4 +117,4 @@ def test_steps_keeps_only_early_events(recorded):
     data = trace_reader.read_trace(recorded("tp", 4, "fake")[0])
     full, one = plan(data), plan(data, steps=1)
     assert 0 < len(one.events[0]) < len(full.events[0])
-    assert all(ev["step"] < 1 for ev in one.events[0] if ev["op"] not in fmt.GROUP_OPS)
+    assert all(ev["step"] < 1 for ev in one.events[0] if ev["op"] not in GROUP_OPS)

@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 from conftest import BIN, REPO
 
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.render import waitgraph
 from analyzer.render.html import render
 from analyzer.report import ReportInputs, build_report

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.waitfor.certificate import ordered
 from analyzer.waitfor.replay import simulate
 from analyzer.waitfor.settle import settle

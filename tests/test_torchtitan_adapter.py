@@ -161,7 +161,7 @@ def fsdp_tp(tmp_path_factory):
     out = str(work / "fsdp_tp.trace")
     result = _record([str(cfg), "-o", out])
     assert result.exit_code == 0, result.output
-    from analyzer.load import load  # the package-level load() is shadowed once analyzer.load is imported
+    from analyzer.loader import load  # the package-level load() is shadowed once analyzer.loader is imported
 
     return load(out)
 

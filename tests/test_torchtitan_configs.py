@@ -63,7 +63,7 @@ def test_llama3_debug_model_toml_records_unchanged_with_its_flavor(tmp_path):
     # 256 + 2048 x 256. 2 steps recorded of the file's 10.
     from conftest import stream
 
-    from analyzer.load import load
+    from analyzer.loader import load
 
     out = tmp_path / "debug.trace"
     p = run_tracer("tracer", "record", os.path.join(TT, "llama3_debug_model.toml"), "-n", "4", "-o", str(out))

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 
 from analyzer.diff import diff_traces
-from analyzer.load import load
+from analyzer.loader import load
 from analyzer.normalize import normalize
 
 RANKS, STEPS = 8, 2

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from conftest import BIN, REPO, program, stream
 
-from analyzer.load import load
+from analyzer.loader import load
 
 EXAMPLES = os.path.join(REPO, "examples")
 
@@ -18,7 +18,7 @@ def run_tracer(*args, cwd=None, timeout=300):
 
 
 def one_line_error(proc) -> str:
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert lines, proc.stderr
     assert "Traceback" not in proc.stderr
     return lines[0]

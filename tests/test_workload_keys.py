@@ -42,7 +42,7 @@ world_size = 4
 
 
 def record(tmp_path, name, *, layers=2, training="", parallelism="", ac="", fsdp=2):
-    from analyzer.load import load
+    from analyzer.loader import load
     from tracer.golden import record_example
 
     path = tmp_path / f"{name}.toml"

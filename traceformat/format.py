@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import msgpack
@@ -84,6 +85,32 @@ def default_row(**values: Any) -> list:
     return [row[name] for name in COLUMN_NAMES]
 
 
+class Mode(str, Enum):
+    """How a trace was made: the header's `mode`."""
+
+    FAKE = "fake"
+    """A process per rank on the recording fake backend (a dry run: never blocks)."""
+    LOCAL = "local"
+    """Every rank in one process under LocalTensorMode (a dry run: never blocks)."""
+    REPLAY = "replay"
+    """Re-issued on a real backend (tracer replay): a hung replay's streams end where ranks were stuck."""
+    FLIGHT_RECORDER = "flight_recorder"
+    """Imported PyTorch Flight Recorder dumps (post-mortem)."""
+
+    @property
+    def dry_run(self) -> bool:
+        """Recorded without blocking: streams run past where a real job would hang."""
+        return self in (Mode.FAKE, Mode.LOCAL)
+
+    @classmethod
+    def of(cls, value) -> Mode | None:
+        """The mode a header names, None for one this version does not know."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+
 def make_header(
     *,
     world_size: int,
@@ -134,6 +161,10 @@ class AtomTable:
             aid = self._ids[key] = len(self.values)
             self.values.append(value)
         return aid
+
+    def find(self, value: Any) -> int:
+        """Id of an interned value, -1 when there is none (without adding it)."""
+        return self._ids.get(atom_key(value), -1)
 
 
 class TraceWriter:
@@ -213,7 +244,8 @@ class TraceData:
     header: dict
     atoms: list = field(default_factory=list)
     groups: dict[int, dict] = field(default_factory=dict)
-    columns: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    columns: dict[int, Any] = field(default_factory=dict)
+    """Per rank: {column: array} (a codec.RankColumns when read; None once a loader took it)."""
     ends: dict[int, dict] = field(default_factory=dict)
     complete: bool = False  # footer seen
     truncated_at: int | None = None  # byte offset where decoding stopped early
@@ -261,28 +293,3 @@ class Arena:
         """Release one column's buffers (once nothing else holds a view of them)."""
         for chunk in self.chunks:
             chunk.pop(name, None)
-
-
-# Op vocabulary shared by the recorder and the analyzer.
-COLLECTIVE_OPS = frozenset(
-    {
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather",
-        "all_gather_coalesced",
-        "all_gather_into_tensor",
-        "all_gather_into_tensor_coalesced",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "reduce_scatter_tensor_coalesced",
-        "broadcast",
-        "reduce",
-        "gather",
-        "scatter",
-        "all_to_all",
-        "all_to_all_single",
-        "barrier",
-    }
-)
-P2P_OPS = frozenset({"send", "recv"})
-GROUP_OPS = frozenset({"init_process_group", "new_group", "split_group"})

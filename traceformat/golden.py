@@ -55,10 +55,10 @@ def _portable_config(value, root: str, cwd: str):
 def canonical(data: fmt.TraceData, root: str, cwd: str) -> fmt.TraceData:
     """What varies between recordings of the same program, made constant: ts = 0, no creation
     time, repository-relative frames and config paths."""
-    frame_ids = set()
+    frame_ids: set[int] = set()
     columns = {}
-    for rank, cols in data.columns.items():
-        cols = columns[rank] = split(cols, fmt.COLUMNS)
+    for rank, raw in data.columns.items():
+        cols = columns[rank] = split(raw, fmt.COLUMNS)
         cols.stream["ts"] = cols.stream["ts"] * 0.0
         frame_ids.update(int(f) for f in set(cols.patterns["frame"].tolist()) if f >= 0)
     atoms = list(data.atoms)

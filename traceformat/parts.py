@@ -43,7 +43,7 @@ class _Tables:
     def _atom(self, value: Any) -> int:
         return self.writer.atom(value) if self.writer is not None else self._atoms.intern(value)
 
-    def remap(self, data: TraceData) -> dict[int, dict[str, np.ndarray]]:
+    def remap(self, data: TraceData) -> dict[int, RankColumns]:
         gmap = np.full(max(data.groups, default=-1) + 2, -1, dtype=np.int32)
         for gid, g in data.groups.items():
             key = (g["name"], tuple(g["ranks"]), g["desc"])
@@ -55,8 +55,8 @@ class _Tables:
             gmap[gid] = self._group_ids[key]
         amap = np.array([self._atom(a) for a in data.atoms] + [-1], dtype=np.int32)
         out = {}
-        for rank, cols in data.columns.items():
-            cols = split(cols, COLUMNS)
+        for rank, raw in data.columns.items():
+            cols = split(raw, COLUMNS)
             pat = dict(cols.patterns)  # ids live in the pattern table only: remapping is cheap
             for name in ATOM_COLUMNS:
                 pat[name] = amap[pat[name]]  # -1 indexes the trailing -1
@@ -197,7 +197,9 @@ def _hashable(v: Any) -> Any:
     return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
 
 
-def write_all(path: str | os.PathLike, header: dict, events: dict[int, list[dict]], groups: list[dict] = ()) -> None:
+def write_all(
+    path: str | os.PathLike, header: dict, events: dict[int, list[dict]], groups: Iterable[dict] = ()
+) -> None:
     """Write events given as dicts per rank (atom columns as plain values) as one trace.
     For tests and synthetic traces; the recorder streams rows itself."""
     w = TraceWriter(path, header)

@@ -388,7 +388,7 @@ def golden_update(
             _fail(str(e))
     with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
         if given:
-            traces, errors = {os.path.splitext(os.path.basename(p))[0]: p for p in given}, {}
+            traces, errors = {os.path.splitext(os.path.basename(p))[0]: p for p in given}, dict[str, str]()
         else:
             traces, errors = record_all(examples, work)
         _recording_errors(errors)

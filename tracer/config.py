@@ -351,7 +351,8 @@ def from_dict(raw: dict) -> JobConfig:
                 continue
             if key not in names:
                 raise ValueError(f"unknown key {section}.{key}{_did_you_mean(key, names)}")
-            setattr(target, key, _typed(f"{section}.{key}", value, dataclasses.fields(target)[names.index(key)].type))
+            annotation = dataclasses.fields(target)[names.index(key)].type  # a string: postponed annotations
+            setattr(target, key, _typed(f"{section}.{key}", value, annotation))  # type: ignore[arg-type]
     from tracer.config_check import check
 
     check(cfg)

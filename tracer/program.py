@@ -36,6 +36,7 @@ class Program:
             sys.path[0] = os.path.dirname(path)
             runpy.run_path(path, run_name="__main__")
         else:
+            assert self.entrypoint is not None  # check() demands a script or an entrypoint
             mod_name, fn_name = self.entrypoint.split(":", 1)
             sys.argv = [self.entrypoint, *self.args]
             if os.getcwd() not in sys.path:

@@ -19,8 +19,10 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from traceformat import parts as trace_parts
+from traceformat.format import Mode
 from traceformat.output import OutputError, refuse_inputs, writable
 from traceformat.ranks import ranks_text
 from traceformat.workers import cpu_count
@@ -132,7 +134,7 @@ def record(
     reason for it, kept in the trace header. `executor`: "local" or "ray" (tracer/executors)."""
     program.check()
     check_options(world_size=world_size, ranks=ranks, timeout=timeout, jobs=jobs)
-    if mode not in ("fake", "local"):
+    if Mode.of(mode) not in (Mode.FAKE, Mode.LOCAL):
         raise ValueError(f"--mode must be fake or local, got {mode!r}")
     if compute not in ("fake", "real"):
         raise ValueError(f"--compute must be fake or real, got {compute!r}")
@@ -147,7 +149,7 @@ def record(
     shutil.rmtree(parts_dir, ignore_errors=True)
     os.makedirs(parts_dir)
     workers = jobs or cpu_count()
-    common = dict(
+    common: dict[str, Any] = dict(
         program=program,
         mode=mode,
         world_size=world_size,
@@ -275,7 +277,7 @@ def collect_parts(inputs: list[str]) -> list[str]:
             header = read_header(f)
         except TraceFormatError as e:
             raise ValueError(str(e)) from None
-        worlds.setdefault(header.get("world_size"), f)
+        worlds.setdefault(int(header.get("world_size", 0)), f)
         for r in header.get("ranks", []):
             if r in owner:
                 raise ValueError(f"rank {r} is in both {owner[r]} and {f}")

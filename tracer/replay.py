@@ -22,13 +22,15 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
+from typing import Any
 
 from traceformat import format as fmt
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
+from traceformat.ops import COLLECTIVE_OPS, COMM_OPS, GROUP_OPS, P2P_OPS
 
 STARTUP_S = 120.0  # at most this long for the ranks to start and join, on top of --timeout
-_COMM = fmt.COLLECTIVE_OPS | fmt.P2P_OPS
+_COMM = COMM_OPS
 _PLAN_COLS = ("group", "peer", "tag", "in_bytes", "out_bytes", "async_op", "step", "ref", "batch")
 _PLAN_ATOMS = ("op", "dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info", "module", "phase", "frame")
 
@@ -60,14 +62,14 @@ class ReplayResult:
 # ---- planning (pure) ------------------------------------------------------------------------
 def rank_events(data: fmt.TraceData, rank: int) -> list[dict]:
     """A rank's recorded events as dicts with atoms resolved; idx is the recorded position."""
-    cols = data.columns.get(rank)
-    if cols is None:
+    raw = data.columns.get(rank)
+    if raw is None:
         return []
     atoms = data.atoms
-    cols = {name: cols[name] for name in (*_PLAN_COLS, *_PLAN_ATOMS)}  # expanded once
+    cols = {name: raw[name] for name in (*_PLAN_COLS, *_PLAN_ATOMS)}  # expanded once
     out = []
     for i in range(len(cols["op"])):
-        ev = {name: int(cols[name][i]) for name in _PLAN_COLS}
+        ev: dict[str, Any] = {name: int(cols[name][i]) for name in _PLAN_COLS}
         for name in _PLAN_ATOMS:
             a = int(cols[name][i])
             ev[name] = atoms[a] if a >= 0 else None
@@ -103,11 +105,7 @@ def plan(data: fmt.TraceData, *, steps: int | None = None, prefix: bool = False)
         for r in missing:  # a missing rank still has to take part in every group creation
             streams[r] = [dict(ev) for ev in streams[donor] if ev["op"] in ("init_process_group", "new_group")]
     keep = {
-        r: [
-            ev
-            for ev in evs
-            if ev["op"] in fmt.GROUP_OPS or (ev["op"] in _COMM and (steps is None or ev["step"] < steps))
-        ]
+        r: [ev for ev in evs if ev["op"] in GROUP_OPS or (ev["op"] in _COMM and (steps is None or ev["step"] < steps))]
         for r, evs in streams.items()
     }
     for r, evs in keep.items():  # waits on the ops kept (a wait outside --steps would wait on nothing)
@@ -126,29 +124,29 @@ def common_prefix(streams: dict[int, list[dict]], groups: dict[int, dict]) -> di
     cut = {r: len(evs) for r, evs in streams.items()}
     while True:
         creations = min(
-            sum(ev["op"] != "split_group" and ev["op"] in fmt.GROUP_OPS for ev in evs[: cut[r]])
+            sum(ev["op"] != "split_group" and ev["op"] in GROUP_OPS for ev in evs[: cut[r]])
             for r, evs in streams.items()
         )
         coll: Counter = Counter()
         p2p: Counter = Counter()
         for r, evs in streams.items():
             for ev in evs[: cut[r]]:
-                if ev["op"] in fmt.COLLECTIVE_OPS:
+                if ev["op"] in COLLECTIVE_OPS:
                     coll[(ev["group"], r)] += 1
-                elif ev["op"] in fmt.P2P_OPS:
+                elif ev["op"] in P2P_OPS:
                     p2p[(ev["op"], ev["group"], r, ev["peer"])] += 1
         changed = False
         for r, evs in streams.items():
-            made, seen_c, seen_p = 0, Counter(), Counter()
+            made, seen_c, seen_p = 0, Counter[int](), Counter[tuple]()
             for i, ev in enumerate(evs[: cut[r]]):
                 op, g = ev["op"], ev["group"]
-                if op in fmt.GROUP_OPS and op != "split_group":
+                if op in GROUP_OPS and op != "split_group":
                     made += 1
                     ok = made <= creations
-                elif op in fmt.COLLECTIVE_OPS:
+                elif op in COLLECTIVE_OPS:
                     ok = all(coll[(g, m)] > seen_c[g] for m in groups[g]["ranks"])
                     seen_c[g] += 1
-                elif op in fmt.P2P_OPS:
+                elif op in P2P_OPS:
                     other = "recv" if op == "send" else "send"
                     ok = p2p[(other, g, ev["peer"], r)] > seen_p[(op, g, ev["peer"])]
                     seen_p[(op, g, ev["peer"])] += 1
@@ -223,7 +221,7 @@ def _kill_all(procs: list) -> None:
     group), all before reaping any: a rank that outlived its peer would record the closed
     connection as its own error instead of the op it was stuck in."""
     for proc in procs:
-        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+        for kill in (lambda proc=proc: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
             try:
                 kill()
             except (ProcessLookupError, PermissionError, ValueError):
@@ -286,12 +284,14 @@ def replay(
     finally:
         os.environ.pop("COMMTRACE_REPLAY", None)
         _kill_all(procs)
-    result = ReplayResult(out=out, hung=hung, seconds=time.perf_counter() - start, pids=[pr.pid for pr in procs])
+    result = ReplayResult(
+        out=out, hung=hung, seconds=time.perf_counter() - start, pids=[pr.pid for pr in procs if pr.pid is not None]
+    )
     parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in range(p.world_size)]
     present = [x for x in parts if os.path.exists(x)]
     if not present:
         raise ReplayError(f"no replay process started (logs in {parts_dir})")
-    summary = trace_parts.merge(present, out, {"world_size": p.world_size, "mode": "replay"})
+    summary = trace_parts.merge(present, out, {"world_size": p.world_size, "mode": fmt.Mode.REPLAY.value})
     stats = {}
     for r in range(p.world_size):
         end = summary.ends.get(r)

@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from traceformat import format as fmt
+from traceformat.format import Mode
+from traceformat.ops import GROUP_OPS, P2P_OPS, ROOTED_OPS
 from tracer.capture.recorder import Call, GroupRef, Recorder
 
 # gloo has no AVG; PREMUL_SUM is NCCL-only. The wait pattern is what replay reproduces, not values.
@@ -104,7 +105,7 @@ class RankReplay:
         pg = self.pgs.get(ev["group"])
         if pg is None:
             raise RuntimeError(f"event {ev['idx']} ({ev['op']}) uses group {ev['group']} that this rank never created")
-        if len(evs) > 1 or (ev["batch"] >= 0 and ev["op"] in fmt.P2P_OPS):
+        if len(evs) > 1 or (ev["batch"] >= 0 and ev["op"] in P2P_OPS):
             self._batch(evs, pg)
             return
         call = self._call(ev, pg)
@@ -118,8 +119,8 @@ class RankReplay:
 
     def _call(self, ev: dict, pg) -> Call:
         dt = _dtype(ev["dtype"])
-        root = _group_rank(pg, ev["peer"]) if ev["op"] in ("broadcast", "reduce", "gather", "scatter") else None
-        peer = _group_rank(pg, ev["peer"]) if ev["op"] in fmt.P2P_OPS else None
+        root = _group_rank(pg, ev["peer"]) if ev["op"] in ROOTED_OPS else None
+        peer = _group_rank(pg, ev["peer"]) if ev["op"] in P2P_OPS else None
         splits = tuple(ev["splits"]) if ev["splits"] else None
         return Call(
             ev["op"],
@@ -245,7 +246,9 @@ def replay_rank(
     """The body of one replay process. Returns its exit status (0 ok, 3 failed)."""
     os.setpgrp()  # own process group: the driver kills it with everything it started
     timeout = datetime.timedelta(seconds=max(timeout_s, 1.0) + 600)  # the driver's timeout governs
-    rec = ReplayRecorder(mode="replay", world_size=world_size, ranks=[rank], parts_dir=parts_dir, config=config)
+    rec = ReplayRecorder(
+        mode=Mode.REPLAY.value, world_size=world_size, ranks=[rank], parts_dir=parts_dir, config=config
+    )
     state = RankReplay(rank, groups, rec)
     status, error = "ok", None
     try:
@@ -254,16 +257,16 @@ def replay_rank(
         i = 0
         while i < len(plan):
             ev = plan[i]
-            if ev["op"] in fmt.GROUP_OPS:
+            if ev["op"] in GROUP_OPS:
                 state.create(ev, timeout)
                 i += 1
                 continue
             batch = [ev]
-            if ev["batch"] >= 0 and ev["op"] in fmt.P2P_OPS:  # one batch_isend_irecv
+            if ev["batch"] >= 0 and ev["op"] in P2P_OPS:  # one batch_isend_irecv
                 while (
                     i + len(batch) < len(plan)
                     and plan[i + len(batch)]["batch"] == ev["batch"]
-                    and plan[i + len(batch)]["op"] in fmt.P2P_OPS
+                    and plan[i + len(batch)]["op"] in P2P_OPS
                 ):
                     batch.append(plan[i + len(batch)])
             state.issue(batch)

@@ -1,8 +1,11 @@
-"""Checks: each a pure function from a loaded Trace to a list of Findings (a plain registry)."""
+"""Checks: each a pure function `check(trace, options) -> Checked` (findings and notes) in its own
+module, listed in CHECKS (a plain registry). A new check is one module here, added to CHECKS,
+declaring its finding kinds with `analyzer.findings.kind`."""
 
 from __future__ import annotations
 
 from analyzer.checks import collectives, fr_numbers, groups, missing_ranks, ordering, p2p
+from analyzer.checks.options import Checked, CheckOptions
 from analyzer.findings import Finding
 from analyzer.trace import Trace
 
@@ -15,24 +18,27 @@ CHECKS = {
 }
 
 
-def run_checks(trace: Trace, names: list[str] | None = None) -> list[Finding]:
-    out: list[Finding] = []
+def run_checks(trace: Trace, options: CheckOptions | None = None, names: list[str] | None = None) -> Checked:
+    """Every check (or those named), their findings in CHECKS order, less cycle symptoms."""
+    options = options or CheckOptions()
+    out = Checked()
     for name, check in CHECKS.items():
         if names is None or name in names:
-            out.extend(check(trace))
-    return fr_numbers.annotate(trace, _without_cycle_symptoms(out))
+            out.extend(check(trace, options))
+    out.findings = fr_numbers.annotate(trace, _without_cycle_symptoms(out.findings))
+    return out
 
 
 def _without_cycle_symptoms(found: list[Finding]) -> list[Finding]:
     """In a post-mortem (FR dumps) each rank of a deadlock cycle is stuck before the collective
     its peers wait in, which the collectives check sees as missing collectives on the cycle's
     groups: the cycle is the root cause, so those symptoms are dropped."""
-    cycles = [f for f in found if f.kind == "deadlock_cycle"]
+    cycles = [f for f in found if f.kind == ordering.DEADLOCK_CYCLE]
     if not cycles:
         return found
 
     def symptom(f: Finding) -> bool:
-        return f.kind == "missing_collective" and any(
+        return f.kind == collectives.MISSING_COLLECTIVE and any(
             set(f.culprit_ranks) <= set(c.ranks) and f.group in c.extra.get("groups", []) for c in cycles
         )
 

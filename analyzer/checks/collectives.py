@@ -19,35 +19,41 @@ from collections import defaultdict
 import polars as pl
 
 from analyzer.checks.common import atom_values, conflicting_gids, group_table, is_shapes, majority, shape_text
-from analyzer.findings import Finding, group_text, ranks_text
+from analyzer.checks.options import Checked, CheckOptions
+from analyzer.findings import Finding, group_text, kind, ranks_text
 from analyzer.trace import Trace
 from analyzer.waitfor.semantics import post_mortem
-from traceformat.format import COLLECTIVE_OPS
+from traceformat.format import Mode
+from traceformat.ops import COLLECTIVE, COLLECTIVE_OPS, GATHER_OPS, ROOTED_OPS, SCATTER_OPS, names
 
-# the shapes every member must agree on: a list all_gather's outputs (every rank's chunk, which may
-# differ by rank: all_gather_v) and a list reduce_scatter's inputs, the tensor forms' one side
-KEY_IN = [
-    "all_reduce",
-    "all_reduce_coalesced",
-    "broadcast",
-    "reduce",
-    "all_gather_into_tensor",
-    "all_gather_into_tensor_coalesced",
-    "all_gather_coalesced",
-    "gather",
-    "reduce_scatter",
-]
-KEY_OUT = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "all_gather", "scatter"]
+# the shapes every member must agree on (the op table's `agree`): a list all_gather's outputs
+# (every rank's chunk, which may differ by rank: all_gather_v) and a list reduce_scatter's inputs,
+# the tensor forms' one side
+KEY_IN = list(names(kind=COLLECTIVE, agree="in"))
+KEY_OUT = list(names(kind=COLLECTIVE, agree="out"))
 SAME_SHAPE = ["all_reduce", "all_reduce_coalesced", "broadcast"]  # output = input, shape and dtype
-ROOTED = ["broadcast", "reduce", "gather", "scatter"]
-GATHERS = ["all_gather_into_tensor", "all_gather_into_tensor_coalesced", "all_gather", "all_gather_coalesced"]
-SCATTERS = ["reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter"]
+ROOTED = sorted(ROOTED_OPS)
+GATHERS = sorted(GATHER_OPS)
+SCATTERS = sorted(SCATTER_OPS)
+OP_MISMATCH = kind("op_mismatch", "members of a group issued different collectives at the same position")
+DTYPE_MISMATCH = kind(
+    "dtype_mismatch", "members of a collective passed different dtypes, or an output's dtype differs from its input's"
+)
+REDUCE_OP_MISMATCH = kind("reduce_op_mismatch", "members of a reduction passed different reduce ops")
+ROOT_MISMATCH = kind("root_mismatch", "members of a rooted collective named different roots")
+SHAPE_MISMATCH = kind(
+    "shape_mismatch", "members passed different shapes, or output and input sizes break the op's size rule"
+)
+SPLIT_MISMATCH = kind("split_mismatch", "all_to_all_single split sizes that do not pair up between ranks")
+MISSING_COLLECTIVE = kind(
+    "missing_collective", "a rank skipped (or added) a collective its group issues", blocks=True, majority=False
+)
 FIELDS = (
-    ("op", "op_mismatch"),
-    ("dtype", "dtype_mismatch"),
-    ("reduce_op", "reduce_op_mismatch"),
-    ("root", "root_mismatch"),
-    ("key", "shape_mismatch"),
+    ("op", OP_MISMATCH),
+    ("dtype", DTYPE_MISMATCH),
+    ("reduce_op", REDUCE_OP_MISMATCH),
+    ("root", ROOT_MISMATCH),
+    ("key", SHAPE_MISMATCH),
 )
 
 
@@ -158,10 +164,16 @@ class _Report:
             f.culprit_ranks.sort()
             f.message = f.extra.pop("_message")(f)
             out.append(f)
-        return sorted(out, key=lambda f: (f.group["label"], f.seq if f.seq is not None else -1, f.kind))
+        return sorted(
+            out, key=lambda f: (f.group["label"] if f.group else "", f.seq if f.seq is not None else -1, f.kind)
+        )
 
 
-def check(trace: Trace) -> list[Finding]:
+def check(trace: Trace, options: CheckOptions) -> Checked:
+    return Checked(findings=_findings(trace))
+
+
+def _findings(trace: Trace) -> list[Finding]:
     groups = group_table(trace)
     pats = collective_patterns(trace)
     if pats.is_empty():
@@ -293,7 +305,7 @@ def _describe(field: str, row: dict, atoms) -> object:
 
 
 def _compare(report, gid, members, culprits, rep: dict, dev: dict, atoms) -> None:
-    for field, kind in FIELDS:
+    for field, found_kind in FIELDS:
         if rep[field] == dev[field]:
             continue
         exp, act = _describe(field, rep, atoms), _describe(field, dev, atoms)
@@ -304,7 +316,7 @@ def _compare(report, gid, members, culprits, rep: dict, dev: dict, atoms) -> Non
             return f"{rep['op']} #{f.seq} on {group_text(f.group)}: {what} {f.expected} on the other ranks, but {bad}"
 
         report.add(
-            kind,
+            found_kind,
             gid,
             rep["seq"],
             dev["rank"],
@@ -319,7 +331,7 @@ def _compare(report, gid, members, culprits, rep: dict, dev: dict, atoms) -> Non
         for r in culprits:
             if r != dev["rank"]:
                 report.add(
-                    kind,
+                    found_kind,
                     gid,
                     rep["seq"],
                     r,
@@ -358,7 +370,7 @@ def _missing(report, gid, members, culprits, skipped: list[dict], rank, dev_rows
 
     for r in culprits:
         report.add(
-            "missing_collective",
+            MISSING_COLLECTIVE,
             gid,
             first["seq"],
             r,
@@ -387,7 +399,7 @@ def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> No
 
     for r in culprits:
         report.add(
-            "missing_collective",
+            MISSING_COLLECTIVE,
             gid,
             pos,
             r,
@@ -492,7 +504,7 @@ def _self_consistency(report, trace, groups, pats: pl.DataFrame, positioned, ato
             return f"{row['op']} #{f.seq} on {group_text(f.group)} breaks {rule} ({len(f.ranks)} ranks): {bad}"
 
         report.add(
-            "shape_mismatch",
+            SHAPE_MISMATCH,
             gid,
             row["pos"],
             row["rank"],
@@ -526,7 +538,7 @@ def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> N
         .with_columns(j=pl.int_range(pl.len()).over("group"))
     )
     base = a2a.select("group", "pos", "rank", "splits", "frame", "module").join(table, on="splits")
-    if trace.header.get("mode") == "fake":
+    if trace.mode is Mode.FAKE:
         # A fake backend cannot exchange data: split sizes a rank learned from an all_to_all of
         # counts are its own counts echoed back (out == in on every rank). Such positions cannot
         # be verified in fake mode (record with --mode local); a real disagreement breaks the echo.
@@ -576,7 +588,7 @@ def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> N
 
         for r in culprits:
             report.add(
-                "split_mismatch",
+                SPLIT_MISMATCH,
                 gid,
                 pos,
                 r,

@@ -11,11 +11,20 @@ from __future__ import annotations
 import polars as pl
 
 from analyzer.checks.common import majority
-from analyzer.findings import Finding, ranks_text
+from analyzer.checks.options import Checked, CheckOptions
+from analyzer.findings import Finding, kind, ranks_text
 from analyzer.trace import Trace
 
+GROUP_MISMATCH = kind(
+    "group_mismatch", "ranks created process groups differently (members, order, or count)", majority=False
+)
 
-def check(trace: Trace) -> list[Finding]:
+
+def check(trace: Trace, options: CheckOptions) -> Checked:
+    return Checked(findings=_findings(trace))
+
+
+def _findings(trace: Trace) -> list[Finding]:
     made = (
         trace.select("rank", "idx", "group", "frame", ops=["new_group", "split_group"])
         .join(trace.groups.select("gid", "name", "ranks", "label"), left_on="group", right_on="gid")
@@ -35,9 +44,11 @@ def check(trace: Trace) -> list[Finding]:
     # one finding per set of deviating ranks: a rank that swapped two creations gives two names
     # another meaning, and that is one bug
     out: list[Finding] = []
-    for culprits, names in per_culprits.items():
+    for culprit_key, names in per_culprits.items():
+        culprits = list(culprit_key)
         name, views, value, frames, calls = names[0]
-        parts, actual = [], {}
+        parts: list[str] = []
+        actual: dict[int, list[str]] = {}
         for n, v, val, fr, cl in names:
             for r in culprits:
                 actual.setdefault(r, []).append(
@@ -47,7 +58,7 @@ def check(trace: Trace) -> list[Finding]:
         who = f"rank{'s' if len(culprits) > 1 else ''} {ranks_text(culprits)}"
         out.append(
             Finding(
-                kind="group_mismatch",
+                kind=GROUP_MISMATCH,
                 ranks=sorted(views),
                 culprit_ranks=list(culprits),
                 group={"name": name, "label": value[1], "ranks": list(value[0])},

@@ -15,21 +15,29 @@ import polars as pl
 
 from analyzer.checks import rank_status
 from analyzer.checks.common import group_table
-from analyzer.findings import Finding, group_text, ranks_text
+from analyzer.checks.options import Checked, CheckOptions
+from analyzer.findings import Finding, group_text, kind, ranks_text
 from analyzer.trace import Trace
-from traceformat.format import COLLECTIVE_OPS
+from traceformat.ops import COLLECTIVE_OPS
+
+MISSING_RANK = kind(
+    "missing_rank",
+    "a member of a group left no stream (a dump never written, a rank not "
+    "recorded) while its peers wait in a collective",
+    blocks=True,
+)
 
 
-def check(trace: Trace) -> list[Finding]:
+def check(trace: Trace, options: CheckOptions) -> Checked:
     """Missing dumps where their peers wait, then every other rank that failed or left nothing
     (checks/rank_status.py)."""
     waited = _waited_on(trace)
-    return waited + rank_status.check(trace, {r for f in waited for r in f.culprit_ranks})
+    return Checked(findings=waited + rank_status.check(trace, {r for f in waited for r in f.culprit_ranks}))
 
 
 def _waited_on(trace: Trace) -> list[Finding]:
     missing = set(trace.missing_ranks)
-    if not missing or "state" not in trace.stream.columns:
+    if not missing or not trace.has("state"):
         return []
     groups = group_table(trace)
     pending = (
@@ -43,7 +51,7 @@ def _waited_on(trace: Trace) -> list[Finding]:
     for (gid,), rows in pending.group_by(["group"], maintain_order=True):
         group = groups.get(gid)
         absent = sorted(missing & set(group["ranks"])) if group else []
-        if not absent:
+        if group is None or not absent:
             continue
         at = rows.sort("seq", descending=True).row(0, named=True)
         waiting = sorted(rows.filter(pl.col("seq") == at["seq"])["rank"].to_list())
@@ -51,7 +59,7 @@ def _waited_on(trace: Trace) -> list[Finding]:
         where = at["frame"] or "?"
         out.append(
             Finding(
-                kind="missing_rank",
+                kind=MISSING_RANK,
                 ranks=list(group["ranks"]),
                 culprit_ranks=absent,
                 group=group,
@@ -69,4 +77,4 @@ def _waited_on(trace: Trace) -> list[Finding]:
                 ),
             )
         )
-    return sorted(out, key=lambda f: (f.group["label"], f.seq))
+    return sorted(out, key=lambda f: (f.group["label"] if f.group else "", f.seq))

@@ -10,7 +10,8 @@ ordering problem, so it is not repeated here.
 from __future__ import annotations
 
 from analyzer.checks.common import conflicting_gids, group_table
-from analyzer.findings import Finding, group_text, ranks_text
+from analyzer.checks.options import Checked, CheckOptions
+from analyzer.findings import Finding, kind, ranks_text
 from analyzer.trace import Trace
 from analyzer.waitfor.advance import advance
 from analyzer.waitfor.certificate import ordered
@@ -18,25 +19,20 @@ from analyzer.waitfor.frontier import frontier
 from analyzer.waitfor.graph import cycles, wait_graph
 from analyzer.waitfor.semantics import Blocked, has_p2p, post_mortem
 
+DEADLOCK_CYCLE = kind("deadlock_cycle", "ranks that wait on each other in a cycle (an ordering deadlock)", blocks=True)
+
 
 def describe(b: Blocked, groups: dict) -> str:
     ev = b.event
     where = (ev.get("frame") or "?") + (f" [{ev['module']}]" if ev.get("module") else "")
     if ev["op"] == "wait":
-        what = "a wait on " + key_text(b.key, groups)
+        what = "a wait on " + b.key.text(groups)
     else:
-        what = key_text(b.key, groups, ev["op"])
+        what = b.key.text(groups, ev["op"])
     return (
         f"rank {b.rank} blocked in {what} at {where}, waiting for rank{'s' if len(b.waits_for) > 1 else ''} "
         f"{ranks_text(b.waits_for)}"
     )
-
-
-def key_text(key: tuple, groups: dict, op: str = "collective") -> str:
-    if key[0] == "c":
-        return f"{op} #{key[2]} on {group_text(groups.get(key[1]))}"
-    kind = "send" if key[0] == "s" else "recv"
-    return f"{kind} #{key[4]} {key[2]}->{key[3]} on {group_text(groups.get(key[1]))}"
 
 
 def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool = True) -> list[Finding]:
@@ -51,20 +47,22 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
         ranks = sorted(cycle)
         steps = [describe(blocked[r], groups) for r in cycle]
         first = blocked[cycle[0]]
-        gids = sorted({blocked[r].key[1] for r in cycle})
+        gids = sorted({blocked[r].key.group for r in cycle})
         # the p2p links the cycle runs over (a pipeline edge between two stages), as rank pairs
-        edges = sorted({tuple(sorted(blocked[r].key[2:4])) for r in cycle if blocked[r].key[0] != "c"})
+        edges = sorted(
+            {tuple(sorted((blocked[r].key.src, blocked[r].key.dst))) for r in cycle if not blocked[r].key.collective}
+        )
         over = "; over p2p " + ", ".join(f"{a}<->{b}" for a, b in edges) if edges else ""
         out.append(
             Finding(
-                kind="deadlock_cycle",
+                kind=DEADLOCK_CYCLE,
                 ranks=ranks,
                 culprit_ranks=ranks,
-                group=groups.get(first.key[1]),
+                group=groups.get(first.key.group),
                 seq=first.event["seq"],
                 op=first.event["op"],
                 expected="every member enters its collectives in one order",
-                actual={r: key_text(blocked[r].key, groups, blocked[r].event["op"]) for r in cycle},
+                actual={r: blocked[r].key.text(groups, blocked[r].event["op"]) for r in cycle},
                 frames={r: blocked[r].event.get("frame") or "?" for r in cycle},
                 extra={
                     "cycle": cycle,
@@ -82,11 +80,11 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
     return out
 
 
-def check(trace: Trace, eager_bytes: int = 0) -> list[Finding]:
+def check(trace: Trace, options: CheckOptions) -> Checked:
     if post_mortem(trace):  # FR dumps, a replay: the cycle is in where each rank is stuck
-        return cycle_findings(trace, frontier(trace), only_matched=False)
+        return Checked(findings=cycle_findings(trace, frontier(trace), only_matched=False))
     if not has_p2p(trace) and ordered(trace):  # columnar certificate: no cycle is possible
-        return []
+        return Checked()
     # the replay, columnar (any size, pipelines included); groups whose name means different
     # members on different ranks cannot be matched at all: group_mismatch reports them
-    return cycle_findings(trace, advance(trace, eager_bytes, conflicting_gids(trace)))
+    return Checked(findings=cycle_findings(trace, advance(trace, options.eager_bytes, conflicting_gids(trace))))

@@ -13,11 +13,19 @@ import numpy as np
 import polars as pl
 
 from analyzer.checks.common import atom_values, group_table, shape_text
-from analyzer.findings import Finding, group_text
+from analyzer.checks.options import Checked, CheckOptions
+from analyzer.findings import Finding, group_text, kind
 from analyzer.trace import Trace
 
+UNMATCHED_P2P = kind("unmatched_p2p", "a send without its recv or a recv without its send", blocks=True)
+P2P_MISMATCH = kind("p2p_mismatch", "a matched send and recv that disagree on shape, dtype or tag")
 
-def check(trace: Trace) -> list[Finding]:
+
+def check(trace: Trace, options: CheckOptions) -> Checked:
+    return Checked(findings=_findings(trace))
+
+
+def _findings(trace: Trace) -> list[Finding]:
     pats = trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(["send", "recv"]))
     if pats.is_empty():
         return []
@@ -73,7 +81,7 @@ def check(trace: Trace) -> list[Finding]:
             partner = "recv" if sender_side else "send"
             out.append(
                 Finding(
-                    kind="unmatched_p2p",
+                    kind=UNMATCHED_P2P,
                     ranks=sorted({src, dst}),
                     culprit_ranks=[issuer],
                     group=group,
@@ -95,7 +103,7 @@ def check(trace: Trace) -> list[Finding]:
         if sent != got:
             out.append(
                 Finding(
-                    kind="p2p_mismatch",
+                    kind=P2P_MISMATCH,
                     ranks=sorted({src, dst}),
                     culprit_ranks=sorted({src, dst}),
                     group=group,

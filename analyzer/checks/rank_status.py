@@ -14,8 +14,16 @@ Flight Recorder dumps: a missing dump whose peers are blocked on it is reported 
 
 from __future__ import annotations
 
-from analyzer.findings import Finding, ranks_text
+from analyzer.findings import Finding, kind, ranks_text
 from analyzer.trace import Trace
+
+FAILED_RANK = kind(
+    "failed_rank",
+    "a rank whose program raised, was killed or timed out, or whose stream stops short: the recording is incomplete",
+    blocks=True,
+    majority=False,
+)
+MISSING_RANK = "missing_rank"  # declared in checks/missing_ranks.py (it also emits it)
 
 WHY = {
     "error": "raised",
@@ -47,7 +55,7 @@ def check(trace: Trace, explained: set[int] = frozenset()) -> list[Finding]:
         what = WHY.get(state, state)
         out.append(
             Finding(
-                kind="failed_rank",
+                kind=FAILED_RANK,
                 ranks=ranks,
                 culprit_ranks=ranks,
                 expected="every rank records to the end",
@@ -70,7 +78,7 @@ def check(trace: Trace, explained: set[int] = frozenset()) -> list[Finding]:
         why = f": it {WHY.get(state, state)}" + (f" ({error})" if error else "") if state else ""
         out.append(
             Finding(
-                kind="missing_rank",
+                kind=MISSING_RANK,
                 ranks=ranks,
                 culprit_ranks=ranks,
                 expected="a dump from every rank" if dumps else "events from every rank asked for",

@@ -5,6 +5,8 @@ instead of a table. `--json` is the machine interface."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -40,7 +42,7 @@ def _fits(console: Console, t: Table) -> bool:
     return Measurement.get(console, console.options.update_width(1 << 16), t).minimum <= console.width
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -48,14 +50,14 @@ def human_bytes(n: int) -> str:
     return str(n)
 
 
-def trace_header(console: Console, trace: Trace) -> None:
+def trace_header(console: Console, trace: Trace, notes: Sequence[str] = ()) -> None:
     h = trace.header
     program = (h.get("config") or {}).get("program", "?")
     console.print(
         f"[bold]{escape(str(program))}[/] · world size {h['world_size']} · mode {h.get('mode')} · "
         f"torch {h.get('torch') or '?'} · {len(trace.ranks)} rank streams · {trace.n_events} events"
     )
-    for note in trace.notes:
+    for note in [*trace.notes, *notes]:
         console.print(f"[yellow]note:[/] {escape(note)}")
 
 
@@ -84,10 +86,10 @@ def summary(console: Console, trace: Trace, s: Summary) -> None:
         console.print(t)
 
 
-def findings(console: Console, trace: Trace, found: list) -> None:
+def findings(console: Console, trace: Trace, found: list, notes: Sequence[str] = ()) -> None:
     from analyzer.findings import group_text, ranks_text
 
-    trace_header(console, trace)
+    trace_header(console, trace, notes)
     if not found:
         console.print("[bold green]✓ no findings[/]: collectives, p2p and group creation match on every rank")
         return
@@ -114,13 +116,10 @@ def findings(console: Console, trace: Trace, found: list) -> None:
         console.print()
 
 
-FINDING_KINDS_WITHOUT_MAJORITY = ("missing_collective", "group_mismatch", "failed_rank", "missing_rank")
-
-
 def _detail(f) -> str:
     """A finding's message, what the majority did and the culprits' frames (rich markup)."""
     detail = [escape(f.message)]
-    if f.expected is not None and f.kind not in FINDING_KINDS_WITHOUT_MAJORITY:
+    if f.expected is not None and f.info.majority:  # the kind says whether `expected` is a majority
         detail.append(
             f"[dim]majority:[/] {escape(str(f.expected))}"
             + (f"  [dim]at {escape(f.frames[-1])}[/]" if -1 in f.frames else "")

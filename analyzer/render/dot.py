@@ -12,7 +12,8 @@ def to_dot(g: nx.DiGraph, blocked: dict[int, Blocked], labels: dict[int, str], o
     lines = ["digraph waitfor {", '  rankdir=LR; node [shape=box, fontname="monospace"];']
     for n in sorted(g.nodes):
         b = blocked.get(n)
-        text = f"rank {n}\\n" + (labels.get(n, "") if b else "not blocked in a recorded op")
+        label = labels.get(n, "").replace("\n", "\\n")  # DOT's line break
+        text = f"rank {n}\\n" + (label if b else "not blocked in a recorded op")
         style = ", color=red, penwidth=2" if n in on_cycle else (", style=dashed" if not b else "")
         lines.append(f'  r{n} [label="{text}"{style}];')
     for u, v in sorted(g.edges):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Set as AbstractSet
 
 from analyzer.findings import group_text, ranks_text
 from analyzer.render.console import human_bytes
@@ -43,7 +44,11 @@ class Raw(str):
 
 
 def table(
-    headers: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "", total: int | None = None
+    headers: list[str],
+    rows: list[list],
+    numeric: AbstractSet[int] = frozenset(),
+    cls: str = "",
+    total: int | None = None,
 ) -> str:
     """An HTML table of the first MAX_ROWS rows (of `total`, default all given). Cells are
     escaped here, except Raw ones (already HTML); `numeric` columns align right."""
@@ -92,7 +97,7 @@ def header(report) -> str:
         f"{event_count(report):,} events",
         f"{t.groups.height} process groups",
     ]
-    notes = "".join(f"<li>{esc(n)}</li>" for n in t.notes)
+    notes = "".join(f"<li>{esc(n)}</li>" for n in [*t.notes, *report.notes])
     return (
         f'<header><h1>commtrace report <span class="prog">{esc(program)}</span></h1>'
         f'<p class="facts"><code>{esc(report.inputs.source)}</code> · {" · ".join(esc(f) for f in facts)}</p>'
@@ -174,7 +179,7 @@ def findings_section(report) -> str:
                 Raw(frames),
             ]
         )
-    counts = {}
+    counts: dict[str, int] = {}
     for f in report.findings:
         counts[f.kind] = counts.get(f.kind, 0) + 1
     lead = " · ".join(f"{esc(k)} × {v}" for k, v in counts.items())
@@ -285,7 +290,7 @@ def render(report) -> str:
 
     picture = None
     if report.hang is not None and report.hang.hung:
-        picture = waitgraph.draw(report.hang, lambda rank: node_note(report, rank))
+        picture = waitgraph.draw(report.hang, lambda rank: report.hang.node_notes.get(rank, ""))
     body = [
         header(report),
         _nav(report),
@@ -309,27 +314,6 @@ def render(report) -> str:
         + "\n".join(body)
         + "</main></body></html>\n"
     )
-
-
-def node_note(report, rank: int) -> str:
-    """What a rank of the wait-for graph is blocked in and where (short: it sits under a node), or
-    what it never entered."""
-    import polars as pl
-
-    hang = report.hang
-    b = hang.stuck.get(rank)
-    if b is None:
-        stalled = [f for f in hang.findings if f.kind == "stalled_rank" and f.culprit_ranks == [rank]]
-        return f"never entered\n{stalled[0].extra.get('never_entered', '?')}" if stalled else ""
-    op = b.event["op"]
-    if op == "wait":
-        from analyzer.hang import waited_ops
-
-        op = "wait on " + waited_ops(report.trace, report.hang.stuck, [rank]).get(rank, "op")
-    labels = report.trace.groups.filter(pl.col("gid") == b.key[1])["label"]
-    group = labels[0] if len(labels) else "?"
-    what = f"{op} #{b.key[2]} on {group}" if b.key[0] == "c" else f"{op} #{b.key[4]} {b.key[2]}→{b.key[3]} on {group}"
-    return f"{what}\n{os.path.basename(str(b.event.get('frame') or '?'))}"
 
 
 def _nav(report) -> str:

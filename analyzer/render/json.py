@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 
 from analyzer.summary import Summary
 from analyzer.trace import Trace
 
 
-def trace_info(trace: Trace) -> dict:
+def trace_info(trace: Trace, notes: Sequence[str] = ()) -> dict:
     h = trace.header
     return {
         "world_size": h["world_size"],
@@ -19,7 +20,7 @@ def trace_info(trace: Trace) -> dict:
         "ranks": trace.ranks,
         "missing_ranks": trace.missing_ranks,
         "truncated": trace.truncated,
-        "notes": trace.notes,
+        "notes": [*trace.notes, *notes],
         "events": trace.n_events,
     }
 
@@ -37,12 +38,14 @@ def summary(trace: Trace, s: Summary) -> None:
     sys.stdout.write("\n")
 
 
-def findings(trace: Trace, found: list) -> None:
+def findings(trace: Trace, found: list, notes: Sequence[str] = ()) -> None:
     counts: dict[str, int] = {}
     for f in found:
         counts[f.kind] = counts.get(f.kind, 0) + 1
     json.dump(
-        {"findings": [f.to_json() for f in found], "counts": counts, "trace": trace_info(trace)}, sys.stdout, indent=1
+        {"findings": [f.to_json() for f in found], "counts": counts, "trace": trace_info(trace, notes)},
+        sys.stdout,
+        indent=1,
     )
     sys.stdout.write("\n")
 

@@ -19,14 +19,14 @@ Python object is built per event.
 
 from __future__ import annotations
 
-from typing import IO
+from typing import IO, Any
 
 import polars as pl
 
 from analyzer.findings import ranks_text
 from analyzer.render.frames import events_frame, group_labels
 from analyzer.trace import Trace
-from traceformat.format import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
+from traceformat.ops import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
 
 LOGICAL_SLICE_US = 0.8
 """Width of a slice in logical time, where events sit 1 µs apart (the gap keeps them apart)."""
@@ -77,7 +77,7 @@ def uses_real_time(trace: Trace, time: str = "auto") -> bool:
     from analyzer.waitfor.semantics import post_mortem
 
     ts = trace.events["ts"]
-    return post_mortem(trace) and ts.len() > 0 and float(ts.max() - ts.min()) > 0
+    return post_mortem(trace) and ts.len() > 0 and float(ts.max()) - float(ts.min()) > 0  # type: ignore[arg-type]
 
 
 def _category() -> pl.Expr:
@@ -119,7 +119,8 @@ def slices(trace: Trace, real: bool) -> pl.DataFrame:
         .then(pl.format("wait ({})", "target_op"))
         .otherwise(pl.col("op"))
     )
-    return ev.select(
+    return ev.select(  # positional columns come first, as Python passes them
+        *ARG_COLUMNS,
         ph=pl.lit("X"),
         name=name,
         cat=_category(),
@@ -127,7 +128,6 @@ def slices(trace: Trace, real: bool) -> pl.DataFrame:
         dur="dur",
         pid=pl.col("rank") + 1,
         tid=pl.when(pl.col("track") >= 0).then(pl.col("track") + 2).otherwise(pl.lit(LOCAL_TID)),
-        *ARG_COLUMNS,
         group_label=group_labels(trace, "track"),
     )
 
@@ -168,7 +168,7 @@ def flows(sl: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .with_row_index("id", offset=1)
         .with_columns(pl.col("id").cast(pl.Int64))
     )
-    common = dict(cat=pl.lit("p2p"), name=pl.lit("send → recv"), id="id")
+    common: dict[str, Any] = dict(cat=pl.lit("p2p"), name=pl.lit("send → recv"), id="id")
     # each end sits mid-slice, so "enclosing slice" binding (bp="e") finds its send / recv
     start = pairs.select(ph=pl.lit("s"), **common, ts=pl.col("ts") + pl.col("dur") / 2, pid="pid", tid="tid")
     finish = pairs.select(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+from typing import Any
 
 import polars as pl
 
@@ -31,7 +32,7 @@ DIM_COLOURS = ("#2a9d8f", "#8e6bbf", "#e9b949", "#d1495b", "#66a182", "#00798c",
 """Mesh dims: unlike the phase colours, so two neighbouring charts never use one colour for two things."""
 MAX_BARS = 30
 """Rows of the dim x op chart; the smallest rest are summed into one "other" row."""
-RC = {
+RC: Any = {  # matplotlib types rc keys as literals
     "svg.fonttype": "none",
     "text.parse_math": False,
     "font.size": 10,
@@ -137,8 +138,12 @@ def volume_by_step(per_step: pl.DataFrame) -> str | None:
     import matplotlib
 
     steps = sorted(per_step["step"].unique().to_list())
-    dims = per_step.group_by("dim").agg(pl.col("bytes").sum()).sort("bytes", "dim", descending=[True, False])
-    dims = dims["dim"].to_list()
+    dims = (
+        per_step.group_by("dim")
+        .agg(pl.col("bytes").sum())
+        .sort("bytes", "dim", descending=[True, False])["dim"]
+        .to_list()
+    )
     cell = {(r["step"], r["dim"]): r["bytes"] for r in per_step.iter_rows(named=True)}
     div, unit = unit_of(max(sum(cell.get((s, d), 0) for d in dims) for s in steps))
     with matplotlib.rc_context(RC):
@@ -174,7 +179,8 @@ def diff_volume_by_dim(volume: pl.DataFrame | None) -> str | None:
 
     per_dim = volume.group_by("dim").agg(pl.col("bytes_a").sum(), pl.col("bytes_b").sum()).sort("dim")
     dims = per_dim["dim"].to_list()
-    div, unit = unit_of(max(per_dim["bytes_a"].max(), per_dim["bytes_b"].max()) or 1)
+    largest: Any = max(per_dim["bytes_a"].max(), per_dim["bytes_b"].max())  # type: ignore[type-var]
+    div, unit = unit_of(largest or 1)
     with matplotlib.rc_context(RC):
         fig = figure(9.5, 1.3 + 0.45 * len(dims))
         ax = fig.add_subplot()

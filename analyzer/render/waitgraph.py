@@ -116,7 +116,7 @@ def ordered(pos: dict, shown: nx.DiGraph, folds: dict) -> dict:
         nodes = columns[layer]
         slots = sorted((pos[n][1] for n in nodes), reverse=True)
 
-        def height(n):
+        def height(n, layer=layer):
             ahead = [out[m][1] for m in shown.successors(n) if shown.nodes[m]["layer"] > layer]
             return -sum(ahead) / len(ahead) if ahead else 0.0
 
@@ -143,7 +143,7 @@ def draw(hang, note=None) -> WaitPicture | None:
     role.update({n: "stalled" for n in stalled if n in shown})
     role.update({n: "cycle" for n in on_cycle if n in shown})
     ranks = [n for n in shown.nodes if n not in folds]
-    columns = {}
+    columns: dict[int, list] = {}
     for n, layer in shown.nodes(data="layer"):
         columns.setdefault(layer, []).append(n)
     only_cycle = len(columns) == 1 and all(role[n] == "cycle" for n in shown.nodes)

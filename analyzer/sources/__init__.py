@@ -4,7 +4,7 @@ A source module exposes:
 - `NAME`: what the input is called in messages;
 - `recognise(path) -> bool`: whether the path is this input (by content where it can be);
 - `load(path, **options) -> Trace`: read it, raising `LoadError` (one line) on bad input.
-`SOURCES` lists them most specific first; `analyzer.load.load` takes the first that recognises
+`SOURCES` lists them most specific first; `analyzer.loader.load` takes the first that recognises
 the path. A new input format is one new module here, added to `SOURCES`.
 """
 

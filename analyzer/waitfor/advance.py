@@ -27,9 +27,9 @@ from analyzer.waitfor.semantics import (
     SEND,
     WAIT,
     Blocked,
+    WaitKey,
     comm_patterns,
     group_members,
-    op_key,
     waits_for,
 )
 
@@ -204,7 +204,7 @@ def _blocked(trace: Trace, s: _Streams, cur: np.ndarray, stuck: np.ndarray, pres
     for row, t in zip(rows.to_dicts(), target.tolist()):
         r = row["rank"]
         op = op_of[(r, row["tidx"])]
-        key = op_key(op, r)
+        key = WaitKey.of(op, r)
         i, k = int(s.inst[t]), int(s.kind[t])
         if k == COLLECTIVE:
             matched = len(issued.get(i, ())) >= int(s.need[i])

@@ -12,12 +12,12 @@ from analyzer.waitfor.semantics import (
     SEND,
     WAIT,
     Blocked,
+    WaitKey,
     comm_patterns,
     group_members,
-    op_key,
     waits_for,
 )
-from traceformat.format import COLLECTIVE_OPS
+from traceformat.ops import COLLECTIVE_OPS
 
 
 def frontier(trace: Trace) -> dict[int, Blocked]:
@@ -37,7 +37,7 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     # a member with no stream at all (a dump never written: the process died) is waited on too
     members = group_members(trace)
     present = set(trace.ranks) | {m for ms in members.values() for m in ms}
-    fr_state = "state" in trace.stream.columns  # Flight Recorder knows which entries completed
+    fr_state = trace.has("state")  # Flight Recorder knows which entries completed
     pats = comm_patterns(trace)
     # lean rows (82 M of them at scale); every other column only for the rows found stuck
     ev = trace.with_patterns(
@@ -132,10 +132,10 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
     arrived = {(g, s): set(rs) for g, s, rs in arrived_rows.group_by("group", "seq").agg(pl.col("rank")).iter_rows()}
     out = {}
     for row in stuck.to_dicts():
-        key = op_key(row, row["rank"])
-        got = arrived.get((row["group"], row["seq"]), set()) if key[0] == "c" else set()
+        key = WaitKey.of(row, row["rank"])
+        got = arrived.get((row["group"], row["seq"]), set()) if key.collective else set()
         waiting = waits_for(key, got, members, present)
-        if fr_state and key[0] == "c" and not waiting:
+        if fr_state and key.collective and not waiting:
             # every member is in it and none completed it: in flight when the dumps were taken
             # (or stuck inside the backend), no rank waits on another -- not a blocking point
             continue

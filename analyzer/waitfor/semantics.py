@@ -16,13 +16,15 @@ a deadlock is a cycle of such waits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import polars as pl
 
+from analyzer.findings import group_text
 from analyzer.trace import Trace
-from traceformat.format import COLLECTIVE_OPS
+from traceformat.ops import COLLECTIVE_OPS, P2P_OPS
 
-COMM = sorted(COLLECTIVE_OPS | {"send", "recv", "wait"})
+COMM = sorted(COLLECTIVE_OPS | P2P_OPS | {"wait"})
 _STREAM_COLUMNS = (
     "rank",
     "idx",
@@ -40,12 +42,54 @@ _STREAM_COLUMNS = (
 )
 COLLECTIVE, SEND, RECV, WAIT = 0, 1, 2, 3
 _KIND = {"send": SEND, "recv": RECV, "wait": WAIT}  # anything else in COMM is a collective
-DRY_RUN_MODES = ("fake", "local")  # recordings that never block; anything else is post-mortem
 
 
 def post_mortem(trace: Trace) -> bool:
-    """Each stream ends where its rank was stuck (FR dumps, a replay, a killed real run)."""
-    return trace.header.get("mode") not in DRY_RUN_MODES
+    """Each stream ends where its rank was stuck (FR dumps, a replay, a killed real run): any
+    trace but a dry run, which never blocks."""
+    return trace.mode is None or not trace.mode.dry_run
+
+
+class WaitKey(NamedTuple):
+    """What a blocked rank waits for: one instance of a collective (kind "c": group, seq), or one
+    side of a p2p transfer (kind "s" send / "r" recv: group, seq, src, dst; p2p is numbered per
+    (group, src, dst) on both sides, so both sides' keys differ only in kind)."""
+
+    kind: str
+    group: int
+    seq: int
+    src: int = -1
+    dst: int = -1
+
+    @classmethod
+    def of(cls, ev: dict, rank: int) -> WaitKey:
+        """The key of `rank`'s event `ev` (a dict with op, group, seq, peer)."""
+        if ev["op"] == "send":
+            return cls("s", ev["group"], ev["seq"], rank, ev["peer"])
+        if ev["op"] == "recv":
+            return cls("r", ev["group"], ev["seq"], ev["peer"], rank)
+        return cls("c", ev["group"], ev["seq"])
+
+    @property
+    def collective(self) -> bool:
+        return self.kind == "c"
+
+    def partner(self) -> WaitKey:
+        """The other side of a p2p key (a send's recv, a recv's send)."""
+        return self._replace(kind="r" if self.kind == "s" else "s")
+
+    def peer(self) -> int:
+        """The rank a p2p side waits for."""
+        return self.dst if self.kind == "s" else self.src
+
+    def text(self, groups: dict, op: str = "collective", arrow: str = "->", label_only: bool = False) -> str:
+        """`all_reduce #3 on dp (ranks 0-3)` (`op` names a collective), `send #0 1->2 on pp (ranks
+        0-3)`; label_only: `on dp`. `groups`: gid -> group dict (checks.common.group_table)."""
+        group = groups.get(self.group)
+        where = (group["label"] if group else "?") if label_only else group_text(group)
+        if self.collective:
+            return f"{op} #{self.seq} on {where}"
+        return f"{'send' if self.kind == 's' else 'recv'} #{self.seq} {self.src}{arrow}{self.dst} on {where}"
 
 
 @dataclass
@@ -54,19 +98,11 @@ class Blocked:
 
     rank: int
     event: dict
-    key: tuple
+    key: WaitKey
     waits_for: list[int] = field(default_factory=list)
     matched: bool = True
     """Whether every party of `key` issues it somewhere in the trace (False: the wait can never
     end whatever the order -- a missing collective or unmatched p2p, not an ordering problem)."""
-
-
-def op_key(ev: dict, rank: int) -> tuple:
-    if ev["op"] == "send":
-        return ("s", ev["group"], rank, ev["peer"], ev["seq"])
-    if ev["op"] == "recv":
-        return ("r", ev["group"], ev["peer"], rank, ev["seq"])
-    return ("c", ev["group"], ev["seq"])
 
 
 def comm_patterns(trace: Trace) -> pl.DataFrame:
@@ -89,8 +125,8 @@ def group_members(trace: Trace) -> dict[int, list[int]]:
     return {g: list(m) for g, m in trace.groups.select("gid", "ranks").iter_rows()}
 
 
-def waits_for(key: tuple, arrived, members: dict[int, list[int]], present: set) -> list[int]:
+def waits_for(key: WaitKey, arrived, members: dict[int, list[int]], present: set) -> list[int]:
     """Whom a rank blocked on `key` waits for: every member not arrived (AND arcs), or the peer."""
-    if key[0] == "c":
-        return [m for m in members.get(key[1], []) if m in present and m not in arrived]
-    return [key[3] if key[0] == "s" else key[2]]
+    if key.collective:
+        return [m for m in members.get(key.group, []) if m in present and m not in arrived]
+    return [key.peer()]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from analyzer.trace import Trace
-from analyzer.waitfor.semantics import COLLECTIVE, SEND, WAIT, Blocked, comm_patterns, group_members, op_key, waits_for
+from analyzer.waitfor.semantics import COLLECTIVE, SEND, WAIT, Blocked, WaitKey, comm_patterns, group_members, waits_for
 
 MAX_ROUNDS = 64
 
@@ -127,7 +127,7 @@ def _blocked(trace, ops, blocked_at, never, pats, members, present) -> dict[int,
     out = {}
     for row in rows.to_dicts():
         r = row["rank"]
-        key = op_key(row, r)
+        key = WaitKey.of(row, r)
         event = dict(row)
         if row["async_op"] == 1:  # blocked at the wait, like simulate reports it
             event = dict(row, op="wait", idx=row["wait_idx"], ref=row["idx"])

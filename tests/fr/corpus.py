@@ -152,7 +152,7 @@ def nccl_cases() -> dict:
     out.update(_pipelines())
     out.update(_coalesced())
     # list reduce_scatter (flattened by NCCL), uneven _v collectives, _base ops
-    per = {r: [entry(0, "reduce_scatter", 1, [[4 * 8, 2]], [[8, 2]]), entry(1, "_reduce_scatter_base", 2, [[32]], [[8]]),
+    per = {r: [entry(0, "reduce_scatter", 1, [[4 * 8, 2]], [[8, 2]]), entry(1, "_reduce_scatter_base", 2, [[32]], [[8]]),  # noqa: E501
                entry(2, "_all_gather_base", 3, [[8]], [[32]]), entry(3, "all_gather", 4, [[8]], [[32]]),
                entry(4, "all_gather_v", 5, [[r + 1]], [[1], [2], [3], [4]]),
                entry(5, "reduce_scatter_v", 6, [[1], [2], [3], [4]], [[r + 1]]),
@@ -229,7 +229,7 @@ def gloo_cases() -> dict:
                   entry(1, "all_reduce", 1, [[4]], [[4]], "scheduled", backend="gloo", pg_id=1, pg=dp[:2]),
                   entry(2, "all_reduce", 1, [[4]], [[4]], "scheduled", backend="gloo", pg_id=2, pg=tp[:2]),
                   entry(3, "all_reduce", 2, [[4]], [[4]], "scheduled", backend="gloo", pg_id=first[2], pg=first[:2])]
-        for i, e in enumerate(per[r]):
+        for e in per[r]:
             e["op_id"] = e["collective_seq_id"]
         status[r] = {"0": {"last_completed_collective": 1}, "1": {"last_completed_collective": 1 + (first == dp)},
                      "2": {"last_completed_collective": 1 + (first == tp)}}

@@ -70,5 +70,5 @@ for step in range(2):
     opt.step()
     opt.zero_grad()
     if n_stages - 1 in ids:
-        print(f"step {step} loss {sum(float(l) for l in losses) / len(losses):.4f}")
+        print(f"step {step} loss {sum(float(x) for x in losses) / len(losses):.4f}")
 dist.destroy_process_group()

@@ -15,7 +15,8 @@ import os
 import re
 import sys
 import sysconfig
-from types import CodeType
+from types import CodeType, FrameType
+from typing import Any
 
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
@@ -74,8 +75,9 @@ class Attribution:
                 if siblings is None:
                     # descendants, not only children: a block in a ModuleDict / ModuleList is
                     # called by the model itself, so its container never enters the stack
-                    siblings = self._children[id(self._parent_mod)] = {
-                        id(m): n for n, m in self._parent_mod.named_modules(remove_duplicate=False) if n
+                    top: Any = self._parent_mod  # set whenever the stack is not empty
+                    siblings = self._children[id(top)] = {
+                        id(m): n for n, m in top.named_modules(remove_duplicate=False) if n
                     }
                 child = siblings.get(id(mod))
                 base = "" if len(self._stack) == 1 else parent + "."
@@ -147,13 +149,13 @@ class Attribution:
     def frame(self) -> str:
         """The innermost frame outside torch, commtrace and the standard library, wherever it
         lives: the program, or a library it calls into (TorchTitan installed from pip included)."""
-        f = sys._getframe(1)
+        f: FrameType | None = sys._getframe(1)
         while f is not None:
             code = f.f_code
-            where = self._user_code.get(code, 0)
+            where: str | int | None = self._user_code.get(code, 0)
             if where == 0:
                 where = self._user_code[code] = self._describe(code)
-            if where is not None:
+            if isinstance(where, str):
                 return where.format(f.f_lineno)
             f = f.f_back
         return ""

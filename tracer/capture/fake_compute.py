@@ -185,9 +185,10 @@ def _replace_by_reference(p: Patcher, new: dict[int, object]) -> None:
                 p.set(mod, attr, new[id(value)])
 
 
-def is_data_dependent(e: BaseException) -> bool:
-    """Whether `e` (or what caused it) is fake compute meeting a value it does not have."""
+def is_data_dependent(err: BaseException) -> bool:
+    """Whether `err` (or what caused it) is fake compute meeting a value it does not have."""
     seen = set()
+    e: BaseException | None = err
     while e is not None and id(e) not in seen:
         if isinstance(e, DATA_DEPENDENT):
             return True

@@ -138,7 +138,7 @@ def install(p: Patcher) -> None:
                 param = torch.nn.Parameter(lt, requires_grad=param.requires_grad)
             return orig_init_sharded(self, param, *args, **kwargs)
 
-        _init_sharded_param._local_tensor_patched = True
+        _init_sharded_param._local_tensor_patched = True  # type: ignore[attr-defined]
         p.set(_fsdp_param.FSDPParam, "_init_sharded_param", _init_sharded_param)
 
     # (6) PREMUL_SUM: LocalTensor's reduction raises on it (the factor does not reach it).

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode, _map_to_rank_local_val
 from torch.distributed._local_tensor import _c10d as local_c10d
 
+from traceformat.ops import OPS
 from tracer.capture.patches import Patcher
 from tracer.capture.process_group import RecordingWork, reduce_name
 from tracer.capture.recorder import Call, GroupRef, Recorder, RecordError
@@ -85,7 +86,7 @@ def _describe(name: str, a: dict, result) -> Call:
     if name in _C10D:
         op = _C10D[name]
         call = Call(op, _pg(a["process_group"]), async_op=bool(a.get("async_op", False)))
-        if op in ("all_reduce", "all_reduce_coalesced", "broadcast", "reduce"):
+        if OPS[op].in_place:
             call.inputs = call.outputs = list(a["tensors"])
         elif op == "barrier":
             pass
@@ -101,7 +102,7 @@ def _describe(name: str, a: dict, result) -> Call:
             call.root = int(a["root_rank"])
         if op == "all_to_all_single":
             call.splits = (list(a["input_split_sizes"]), list(a["output_split_sizes"]))
-        if op in ("all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced") and len(call.inputs) == 1:
+        if OPS[op].flat and OPS[op].coalesced and len(call.inputs) == 1:
             call.op = op.removesuffix("_coalesced")
         return call
     op = _FUNCTIONAL[name]
@@ -121,7 +122,7 @@ def _describe(name: str, a: dict, result) -> Call:
             # it sends each peer one shard_dim chunk, not a block of dim-0 rows: splits in elements
             n = call.pg.size()
             call.splits = ([call.inputs[0].numel() // n] * n, [call.outputs[0].numel() // n] * n)
-    if len(call.inputs) == 1 and op.endswith("_coalesced") and op != "all_reduce_coalesced":
+    if len(call.inputs) == 1 and OPS[op].flat and OPS[op].coalesced:
         call.op = op.removesuffix("_coalesced")
     return call
 

@@ -24,6 +24,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from traceformat.ops import OPS
 from tracer.capture import channel, exchange
 from tracer.capture.recorder import Call, Recorder
 
@@ -179,7 +180,8 @@ class RecordingProcessGroup(dist.ProcessGroup):
             return RecordingWork(rec, indices, call.async_op, outputs=call.outputs or call.inputs, on_wait=done)
         _mirror(call, self.rank(), self.size())  # only fake mode uses this group (see patches)
         outs = call.outputs if call.outputs or call.op == "barrier" else call.inputs
-        return RecordingWork(rec, indices, call.async_op, outputs=outs)
+        # without a recorder (none installed) there is nothing to record the wait into either
+        return RecordingWork(rec, indices, call.async_op, outputs=outs)  # type: ignore[arg-type]
 
     # --- collectives (argument layouts as torch's PyProcessGroup trampoline passes them) ---
     def allreduce(self, tensors, opts):
@@ -312,17 +314,18 @@ class RecordingProcessGroup(dist.ProcessGroup):
 def _mirror(call: Call, rank: int, size: int) -> None:
     """Fill the outputs as if every rank held this rank's inputs (see module docstring)."""
     op, ins, outs = call.op, call.inputs, call.outputs
-    if not outs or op in ("all_reduce", "all_reduce_coalesced", "broadcast", "reduce"):
+    kind = OPS[op]
+    if not outs or kind.in_place:
         return  # in place: the input already is a plausible result
-    if op in ("all_gather_into_tensor", "all_gather_into_tensor_coalesced"):
+    if kind.flat and kind.size_factor > 0:
         for i, o in zip(ins, outs):
             if o.numel() == i.numel() * size:
                 o.view(size, -1).copy_(i.reshape(1, -1).clone())  # FSDP's input is a slice of o
-    elif op in ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"):
+    elif kind.flat and kind.size_factor < 0:
         for i, o in zip(ins, outs):
             if i.numel() == o.numel() * size:
                 o.view(-1).copy_(i.reshape(size, -1)[rank].clone())
-    elif op in ("all_gather", "gather", "all_gather_coalesced"):
+    elif kind.agree == "in":  # list gathers (all_gather, gather): each output a copy of an input
         src = ins[0] if ins else None
         for o in outs:
             if src is not None and o.shape == src.shape:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from traceformat import format as fmt
+from traceformat.ops import COLLECTIVE_OPS, P2P_OPS
 from tracer.capture.attribution import Attribution
 
 
@@ -152,10 +153,10 @@ class Recorder:
         w = s.writer
         module, phase, step, frame = where or self.where()
         gid = -1 if group is None else s.gid(group)
-        if op in fmt.COLLECTIVE_OPS:
+        if op in COLLECTIVE_OPS:
             values["seq"] = s.seq[gid]
             s.seq[gid] += 1
-        elif op in fmt.P2P_OPS:
+        elif op in P2P_OPS:
             pair = (rank, values["peer"]) if op == "send" else (values["peer"], rank)
             values["seq"] = s.seq[(gid, pair)]
             s.seq[(gid, pair)] += 1
@@ -212,7 +213,7 @@ class Recorder:
                     values["peer"] = g.ranks[call.peer] if 0 <= call.peer < len(g.ranks) else -1
                 if call.op == "all_to_all_single":
                     values["splits"] = _a2a_splits(
-                        call.splits, ins[0], outs[0], len(g.ranks), lambda x: self.view(x, r)
+                        call.splits, ins[0], outs[0], len(g.ranks), lambda x, r=r: self.view(x, r)
                     )
                 out[r] = self.event(r, call.op, g, where, **values)
         return out

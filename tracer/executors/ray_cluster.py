@@ -16,6 +16,7 @@ rank is reported, as with the local executor), and the driver only waits.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from tracer.executors import Progress
 from tracer.modes.run import Job
@@ -42,7 +43,7 @@ def run(
     if started and address is not None:
         _check_reachable(address)
     if started:
-        opts = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        opts: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         if address is None:
             opts["num_cpus"] = workers  # a local cluster of this machine's cores
         try:

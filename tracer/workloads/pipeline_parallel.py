@@ -49,7 +49,7 @@ def split(cfg: JobConfig, pp_rank: int) -> list[tuple[int, Transformer]]:
         if s != 0:
             chunk.tok_embeddings = None
         if s != n_stages - 1:
-            chunk.norm = chunk.output = None
+            chunk.norm = chunk.output = None  # type: ignore[assignment]
         chunks.append((s, chunk))
     return chunks
 

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     pp_enabled = meshes.pp is not None
     if pp_enabled:
-        chunks = pipeline_parallel.split(cfg, meshes.pp.get_local_rank())
+        chunks = pipeline_parallel.split(cfg, meshes.pp.get_local_rank())  # type: ignore[union-attr]
     else:
         chunks = [(0, Transformer(cfg.model, cfg.training.seq_len))]
     for _, chunk in chunks:

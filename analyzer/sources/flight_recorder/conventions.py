@@ -23,6 +23,8 @@ import json
 import re
 from typing import Any
 
+from traceformat.ops import OPS
+
 # FR / backend op names (after "backend:") -> commtrace ops. Unknown names are kept as they are.
 BACKEND_OPS = {
     "all_reduce": "all_reduce",
@@ -205,14 +207,15 @@ def program_op(backend: str, op: str, api: str | None) -> str:
 def derive_outputs(op: str, inputs: list, size: int) -> list | None:
     """Output shapes in commtrace's convention from the inputs and the group size (for gathers
     and reduce-scatters whose recorded outputs follow FR's conventions); None: keep them."""
-    if size <= 0 or not inputs:
+    kind = OPS.get(op)
+    if size <= 0 or not inputs or kind is None or not kind.size_factor:
         return None
-    if op in ("all_gather_into_tensor", "all_gather_into_tensor_coalesced"):
+    if kind.flat and kind.size_factor > 0:  # all_gather_into_tensor(_coalesced)
         return [[s[0] * size, *s[1:]] if s else [size] for s in inputs]
-    if op == "all_gather":
-        return [list(inputs[0]) for _ in range(size)]
-    if op in ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"):
+    if kind.flat:  # reduce_scatter_tensor(_coalesced)
         return [[s[0] // size, *s[1:]] if s else [] for s in inputs]
+    if kind.size_factor > 0 and not kind.coalesced:  # all_gather: one output per member
+        return [list(inputs[0]) for _ in range(size)]
     return None
 
 
@@ -220,7 +223,7 @@ def config_groups(pg_config: Any) -> list[tuple[str, str, tuple[int, ...]]]:
     """(name, desc, member ranks in group-rank order) of one dump's pg_config. gloo writes a
     single placeholder {'': {'name': '', 'ranks': '[]'}}: no groups. Ranks are parsed as JSON,
     never evaluated."""
-    out = []
+    out: list[tuple[str, str, tuple[int, ...]]] = []
     if not isinstance(pg_config, dict):
         return out
     for key, pg in pg_config.items():

@@ -29,9 +29,9 @@ from __future__ import annotations
 import gc
 import os
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
-import polars as pl
 
 from analyzer.sources.flight_recorder import conventions as conv
 from analyzer.sources.flight_recorder.groups import build_groups
@@ -44,29 +44,15 @@ from traceformat.workers import chunksize, cpu_count, pool
 __all__ = ["load_dumps"]
 
 
-class _Atoms:
-    """One atom table: strings and shapes (keyed by their text) interned once."""
+class _Atoms(fmt.AtomTable):
+    """The format's atom table, as the importer feeds it: None is no atom (-1), shapes come as
+    tuples of tuples (the atom is a list of lists)."""
 
-    def __init__(self):
-        self.values: list = []
-        self._ids: dict = {}
-
-    def get(self, key, value=None) -> int:
-        if key is None:
-            return -1
-        aid = self._ids.get(key)
-        if aid is None:
-            aid = self._ids[key] = len(self.values)
-            self.values.append(key if value is None else value)
-        return aid
-
-    def find(self, key) -> int:
-        """Id of an atom, -1 when there is none (without adding it)."""
-        return self._ids.get(key, -1)
+    def get(self, value) -> int:
+        return -1 if value is None else self.intern(value)
 
     def shape(self, key: tuple) -> int:
-        """A list of shapes, keyed as a tuple of tuples; the atom is a list of lists."""
-        return self.get(("shape", key), [list(s) for s in key])
+        return self.intern([list(s) for s in key])
 
 
 PARALLEL_FROM = 32  # dumps; below that a worker pool costs more than it saves
@@ -102,7 +88,7 @@ def _load(path: str) -> Trace:
     files = dump_files(path)
     if not files:
         raise LoadError(f"{path}: no Flight Recorder dumps found")
-    atoms, pgs = _Atoms(), {}
+    atoms, pgs = _Atoms(), dict[tuple, int]()
     ranks: dict[int, dict] = {}
     configs: dict[int, list] = {}
     notes: list[str] = []
@@ -235,7 +221,7 @@ def _common_start(ranks: dict, notes: list) -> None:
     for gid, first in start.items():
         lut[gid] = first
     dropped = 0
-    for rank, c in ranks.items():
+    for c in ranks.values():
         keep = (c["seq"] >= lut[c["group"]]) | (c["peer_local"] >= 0)
         dropped += int((~keep).sum())
         for k, v in c.items():
@@ -249,7 +235,7 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
     header = fmt.make_header(
         world_size=world,
         ranks=expected,
-        mode="flight_recorder",
+        mode=fmt.Mode.FLIGHT_RECORDER.value,
         config={"source": path, "ranks": expected, "fr_version": sorted(versions), "dump_format": kind},
         torch_version="",
     )
@@ -283,16 +269,9 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
         f"Flight Recorder dumps ({kind}, FR version {', '.join(sorted(versions))}) of "
         f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
     ] + notes
-    trace = from_data(data, notes)
     order = sorted(ranks)
-    extra = [
-        pl.Series(
-            "state", np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else [], dtype=pl.String
-        ),
-        *(
-            pl.Series(name, np.concatenate([ranks[r][name] for r in order]) if order else [], dtype=pl.Int64)
-            for name in ("record_id", "fr_seq", "fr_p2p_seq")
-        ),
-    ]
-    trace.stream = trace.stream.with_columns(extra)
-    return trace
+    state = np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else []
+    extra: dict[str, Any] = {"state": state}
+    for name in ("record_id", "fr_seq", "fr_p2p_seq"):
+        extra[name] = np.concatenate([ranks[r][name] for r in order]) if order else []
+    return from_data(data, notes, extra)

@@ -16,8 +16,9 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.sources.flight_recorder import conventions as conv
+from traceformat.ops import GATHER_OPS
 
-GATHERS = ("all_gather_into_tensor", "all_gather", "all_gather_into_tensor_coalesced")
+GATHERS = tuple(sorted(GATHER_OPS))
 
 
 def _name_order(name: str):
@@ -29,8 +30,8 @@ def build_groups(ranks: dict[int, dict], configs: dict[int, list], pgs: dict, at
     notes: list[str] = []
     key_of = {i: k for k, i in pgs.items()}  # pg key id -> (name, desc)
     configured: dict[tuple, str] = {}  # (name, members) -> desc
-    for groups in configs.values():
-        for name, desc, members in groups:
+    for listed in configs.values():
+        for name, desc, members in listed:
             configured.setdefault((name, members), desc)
     cfg = sorted(configured, key=lambda k: (_name_order(k[0]), k[1]))
     gid_cfg = {k: i for i, k in enumerate(cfg)}
@@ -51,7 +52,7 @@ def build_groups(ranks: dict[int, dict], configs: dict[int, list], pgs: dict, at
     hints = _size_hints(ranks, atoms)
     dumped = max(ranks) + 1
     world = max([dumped] + [max(m) + 1 for _, m in cfg])
-    for (name, desc), seen in unresolved.items():
+    for name, desc in unresolved:
         if _is_default(name, desc):
             world = max(world, max((hints.get(pk, 0) for pk, k in key_of.items() if k == (name, desc)), default=0))
     groups = {gid_cfg[k]: {"gid": gid_cfg[k], "name": k[0], "ranks": list(k[1]), "desc": configured[k]} for k in cfg}

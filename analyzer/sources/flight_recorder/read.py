@@ -85,7 +85,7 @@ def dump_kinds(path: str) -> set[str]:
         return {kind} if kind else set()
     if not os.path.isdir(path):
         return set()
-    for root, _, files in os.walk(path):
+    for _, _, files in os.walk(path):
         if any(f.endswith((".trace", ".part")) for f in files):
             return set()
     return {kind for _, kind in dump_files(path)}

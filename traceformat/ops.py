@@ -1,0 +1,94 @@
+"""The op vocabulary: every op a trace's `op` column can hold, with what it means. The one table
+that the recorder (capture, replay), the format, the checks, normalize, the wait-for semantics
+and the Flight Recorder conventions read; add an op here and every reader knows it.
+
+Torch-free. Ops are c10d's names (`all_gather_into_tensor`, not `_allgather_base`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COLLECTIVE = "collective"
+P2P = "p2p"
+GROUP = "group"
+WAIT = "wait"
+MARKER = "marker"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Op:
+    """What one op is; attributes are False / "" / 0 unless the op says otherwise."""
+
+    name: str
+    """The op column's value (c10d's name)."""
+    kind: str
+    """COLLECTIVE, P2P (send / recv), GROUP (process group creation), WAIT (on an async op),
+    MARKER (a DeviceMesh or DTensor redistribution: context, not communication)."""
+    rooted: bool = False
+    """The `peer` column holds the root rank (broadcast, reduce, gather, scatter)."""
+    size_factor: int = 0
+    """+1: every member's total output is its input times the group size (all-gathers);
+    -1: its input is its output times the group size (reduce-scatters); 0: neither."""
+    agree: str = ""
+    """The shapes every member of the group must pass alike: "in", "out", or "" (all_to_all's
+    splits differ per member; a barrier has none). The list forms agree on their per-member
+    side: all_gather's outputs (chunks may differ by rank: all_gather_v), reduce_scatter's inputs."""
+    in_place: bool = False
+    """The outputs are the inputs (all_reduce, broadcast, reduce)."""
+    coalesced: bool = False
+    """Several tensors in one op."""
+    flat: bool = False
+    """Tensor form: one output tensor per input, sized by the group (`*_into_tensor`,
+    `reduce_scatter_tensor*`); otherwise a list op has one tensor per member."""
+
+
+def _collective(name: str, **kw) -> Op:
+    return Op(name=name, kind=COLLECTIVE, coalesced=name.endswith("_coalesced"), **kw)
+
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        _collective("all_reduce", agree="in", in_place=True),
+        _collective("all_reduce_coalesced", agree="in", in_place=True),
+        _collective("all_gather", agree="out", size_factor=1),
+        _collective("all_gather_coalesced", agree="in", size_factor=1),
+        _collective("all_gather_into_tensor", agree="in", size_factor=1, flat=True),
+        _collective("all_gather_into_tensor_coalesced", agree="in", size_factor=1, flat=True),
+        _collective("reduce_scatter", agree="in", size_factor=-1),
+        _collective("reduce_scatter_tensor", agree="out", size_factor=-1, flat=True),
+        _collective("reduce_scatter_tensor_coalesced", agree="out", size_factor=-1, flat=True),
+        _collective("broadcast", agree="in", rooted=True, in_place=True),
+        _collective("reduce", agree="in", rooted=True, in_place=True),
+        _collective("gather", agree="in", rooted=True),
+        _collective("scatter", agree="out", rooted=True),
+        _collective("all_to_all"),
+        _collective("all_to_all_single"),
+        _collective("barrier"),
+        Op(name="send", kind=P2P),
+        Op(name="recv", kind=P2P),
+        Op(name="init_process_group", kind=GROUP),
+        Op(name="new_group", kind=GROUP),
+        Op(name="split_group", kind=GROUP),
+        Op(name="wait", kind=WAIT),
+        Op(name="mesh", kind=MARKER),
+        Op(name="redistribute", kind=MARKER),
+    )
+}
+
+
+def names(**where) -> tuple[str, ...]:
+    """Op names whose attributes equal `where`, sorted: `names(kind=COLLECTIVE, rooted=True)`."""
+    return tuple(sorted(n for n, op in OPS.items() if all(getattr(op, k) == v for k, v in where.items())))
+
+
+COLLECTIVE_OPS = frozenset(names(kind=COLLECTIVE))
+P2P_OPS = frozenset(names(kind=P2P))
+GROUP_OPS = frozenset(names(kind=GROUP))
+COMM_OPS = COLLECTIVE_OPS | P2P_OPS
+"""Ops that move data between ranks."""
+ROOTED_OPS = frozenset(names(rooted=True))
+IN_PLACE_OPS = frozenset(names(in_place=True))
+GATHER_OPS = frozenset(names(size_factor=1))
+SCATTER_OPS = frozenset(names(size_factor=-1))
