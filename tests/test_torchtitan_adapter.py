@@ -178,7 +178,7 @@ def test_llama3_fsdp_tp_records_with_zero_findings(fsdp_tp):
     from analyzer.checks import run_checks
 
     assert sorted(fsdp_tp.events["rank"].unique().to_list()) == list(range(8))
-    assert run_checks(fsdp_tp) == []
+    assert run_checks(fsdp_tp).findings == []
 
 
 @needs_torchtitan
