@@ -62,9 +62,8 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
     if stopped:
         stuck = frontier(trace)
     else:  # a dry run: replayed columnar (advance); settle's fewer rounds where no ordering cycle is possible
-        stuck = settle(trace, eager_bytes) if not has_p2p(trace) and ordered(trace) else None
-        if stuck is None:
-            stuck = advance(trace, eager_bytes)
+        settled = settle(trace, eager_bytes) if not has_p2p(trace) and ordered(trace) else None
+        stuck = settled if settled is not None else advance(trace, eager_bytes)
     graph = wait_graph(stuck)
     groups = group_table(trace)
     found = cycle_findings(trace, stuck, only_matched=False)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from analyzer.checks import ordering
+from analyzer.checks.options import CheckOptions
 from analyzer.loader import load
 from analyzer.waitfor.advance import advance
 from analyzer.waitfor.certificate import ordered
@@ -108,7 +109,7 @@ def test_check_finds_each_seeded_pipeline_fault_and_nothing_else(tmp_path):
     generate(path, pp=4, dp=3, tp=2, events=600, microbatches=8, verbose=False, swap=SWAP, skip_send=SKIP, extra=EXTRA)
     t = load(path)
     assert not ordered(t)
-    cycles = ordering.check(t)
+    cycles = ordering.check(t, CheckOptions()).findings
     assert [(f.kind, f.ranks, f.extra["p2p_edges"]) for f in cycles] == [("deadlock_cycle", [8, 14], [[8, 14]])]
     out = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "analyzer"), "check", path, "--json"],

@@ -31,7 +31,7 @@ def folders(tmp_path_factory):
 def test_case_verdict(folders, case):
     _, want_check, want_hang = CASES[case]
     t = load(folders / case)
-    found = run_checks(t)
+    found = run_checks(t).findings
     assert sorted((f.kind, f.culprit_ranks) for f in found) == sorted(want_check), [f.message for f in found]
     if want_hang is not None:
         report = analyze(t)
@@ -58,7 +58,7 @@ def test_gloo_status_never_hides_the_cycle(folders):
     """pg_status says every collective completed (gloo counts the timed-out ones): the cycle
     0 -> 1 -> 3 -> 2 -> 0 through the four mesh groups is found; no missing_collective symptom."""
     t = load(folders / "gloo_mesh_cross_group_timeout")
-    (f,) = run_checks(t)
+    (f,) = run_checks(t).findings
     assert f.kind == "deadlock_cycle" and len(f.extra["groups"]) == 4
     cycle = f.extra["cycle"]
     start = cycle.index(0)
@@ -76,7 +76,7 @@ def test_coalesced_blocks_are_one_event_each(folders):
 
 
 def test_dump_numbers_in_message_and_json(folders):
-    (f,) = run_checks(load(folders / "nccl_wrapped_size_mismatch"))
+    (f,) = run_checks(load(folders / "nccl_wrapped_size_mismatch")).findings
     assert f.seq == 30 and f.extra["fr"]["collective_seq_id"] == [31]
     assert f.extra["fr"]["record_id"] == {0: 30, 1: 30, 2: 30, 3: 30}
     assert "FR collective_seq_id 31" in f.message and f.extra["seq_numbering"].startswith("commtrace")

@@ -17,7 +17,7 @@ from analyzer.report import ReportInputs, build_report
 def test_extra_collective_is_the_root_cause_everywhere(recorded):
     path, _ = recorded("log_branch", 4, "fake")
     t = load(path)
-    checked = run_checks(t)
+    checked = run_checks(t).findings
     assert [(f.kind, f.culprit_ranks, f.extra["detail"], f.seq) for f in checked] == [
         ("missing_collective", [0], "extra", 1),
         ("missing_collective", [0], "extra", 5),

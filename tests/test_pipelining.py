@@ -80,7 +80,7 @@ def test_pipeline_schedule_records_every_p2p(recorded, schedule, world, input_ar
         assert observed(t, rank) == expected(schedule, world, input_args, rank), rank
         ops = {e["op"] for e in stream(t, rank)}
         assert ops <= {"init_process_group", "send", "recv", "wait"}
-    assert run_checks(t) == []
+    assert run_checks(t).findings == []
 
 
 def test_pipeline_handshake_carries_the_inferred_shapes(recorded):

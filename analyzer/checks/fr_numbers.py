@@ -9,6 +9,8 @@ dst)); on dumps a finding also gets `fr` = {"collective_seq_id" or "p2p_seq_id",
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from analyzer.checks.common import group_table
@@ -49,6 +51,7 @@ def annotate(trace: Trace, found: list[Finding]) -> list[Finding]:
         if not hits:
             continue
         mine = [h for h in hits if h["rank"] in set(f.culprit_ranks) | set(f.ranks)] or hits
+        fr: dict[str, Any]
         if p2p:
             fr = {"p2p_seq_id": sorted({h["fr_p2p_seq"] for h in mine})}
         else:

@@ -77,7 +77,7 @@ def uses_real_time(trace: Trace, time: str = "auto") -> bool:
     from analyzer.waitfor.semantics import post_mortem
 
     ts = trace.events["ts"]
-    return post_mortem(trace) and ts.len() > 0 and float(ts.max()) - float(ts.min()) > 0  # type: ignore[arg-type]
+    return post_mortem(trace) and ts.len() > 0 and float(ts.max()) - float(ts.min()) > 0
 
 
 def _category() -> pl.Expr:

@@ -16,6 +16,8 @@ order sends and recvs differently per stage, fail the ordering certificate that 
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import numpy as np
 import polars as pl
 
@@ -34,7 +36,7 @@ from analyzer.waitfor.semantics import (
 )
 
 
-def advance(trace: Trace, eager_bytes: int = 0, skip_groups: set[int] = frozenset()) -> dict[int, Blocked]:
+def advance(trace: Trace, eager_bytes: int = 0, skip_groups: AbstractSet[int] = frozenset()) -> dict[int, Blocked]:
     """Ranks left blocked, exactly as `waitfor.replay.simulate` leaves them (any trace)."""
     present = set(trace.ranks)
     s = _Streams(trace, eager_bytes, skip_groups, present)

@@ -40,21 +40,24 @@ def exchange(ch: Channel, call: Call, group: str, members: tuple[int, ...]) -> C
     """Move `call`'s data for real; returns what a recv still has to do at its wait(), if any."""
     op = call.op
     if op in ("send", "recv"):
-        peer = members[call.peer]
+        peer = members[int(call.peer)]  # type: ignore[arg-type]  # a p2p call has a peer
         src, dst = (ch.rank, peer) if op == "send" else (peer, ch.rank)
         key = ("p", group, src, dst, call.tag)
-        name = f"p.{group}.{src}.{dst}.{call.tag}.{ch.next_id(key)}"
+        slot = f"p.{group}.{src}.{dst}.{call.tag}.{ch.next_id(key)}"
         if op == "send":
-            ch.post(name, b"".join(tensor_bytes(t) for t in call.inputs))
+            ch.post(slot, b"".join(tensor_bytes(t) for t in call.inputs))
             return None
-        what = f"{channel.label()} (its {op} #{name.rsplit('.', 1)[-1]} on group {group})"
-        return lambda: _fill_all(call.outputs, ch.take(name, peer, what), what)
+        what = f"{channel.label()} (its {op} #{slot.rsplit('.', 1)[-1]} on group {group})"
+        return lambda: _fill_all(call.outputs, ch.take(slot, peer, what), what)
     k = ch.next_id(("c", group))
-    name = lambda r: f"c.{group}.{k}.{r}"
+
+    def name(r: int) -> str:
+        return f"c.{group}.{k}.{r}"
+
     what = f"{channel.label()} (its {op} #{k} on group {group})"
     if op in ("all_gather", "all_gather_into_tensor", "gather"):
         ch.post(name(ch.rank), tensor_bytes(call.inputs[0]))
-        root = members[call.root] if op == "gather" else ch.rank
+        root = members[int(call.root)] if op == "gather" else ch.rank  # type: ignore[arg-type]
         if ch.rank != root or not call.outputs:
             return None
         chunks = [ch.take(name(r), r, what) for r in members]
@@ -64,13 +67,13 @@ def exchange(ch: Channel, call: Call, group: str, members: tuple[int, ...]) -> C
             for o, data in zip(call.outputs, chunks):
                 fill(o, data, what)
     elif op == "broadcast":
-        root = members[call.root]
+        root = members[int(call.root)]  # type: ignore[arg-type]  # a rooted call has a root
         if ch.rank == root:
             ch.post(name(root), tensor_bytes(call.inputs[0]))
         else:
             fill(call.outputs[0], ch.take(name(root), root, what), what)
     elif op == "scatter":
-        root = members[call.root]
+        root = members[int(call.root)]  # type: ignore[arg-type]  # a rooted call has a root
         if ch.rank == root:
             for i, r in enumerate(members):
                 ch.post(f"{name(root)}.{r}", tensor_bytes(call.inputs[i]))

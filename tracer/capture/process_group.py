@@ -176,7 +176,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
         indices = rec.record(call) if rec is not None else {}
         if rec is not None and call.op in exchange.CARRIED and channel.carrying():
             g = rec.group_ref(self)  # an object collective's tensors: really exchanged
-            done = exchange.exchange(channel.Channel.current, call, g.name, g.ranks)
+            ch = channel.Channel.current
+            assert ch is not None  # carrying(): a channel is open
+            done = exchange.exchange(ch, call, g.name, g.ranks)
             return RecordingWork(rec, indices, call.async_op, outputs=call.outputs or call.inputs, on_wait=done)
         _mirror(call, self.rank(), self.size())  # only fake mode uses this group (see patches)
         outs = call.outputs if call.outputs or call.op == "barrier" else call.inputs

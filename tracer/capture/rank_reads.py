@@ -18,6 +18,7 @@ import ast
 import functools
 import os
 import sys
+from types import FrameType
 
 import torch.distributed as dist
 
@@ -91,7 +92,7 @@ class RankValue(int):
         "__lshift__",
         "__rshift__",
     ):
-        locals()[_n] = _arith(_n)
+        locals()[_n] = _arith(_n)  # type: ignore[arg-type]
     del _n, _arith
 
     def __int__(self):
@@ -152,11 +153,13 @@ def branch_on_read(path: str, line: int) -> int | None:
         return None
     scope, stmt = tree, None
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= node.end_lineno:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (
+            node.end_lineno or node.lineno
+        ):
             if scope is tree or node.lineno >= scope.lineno:
                 scope = node
     for node in ast.walk(scope):
-        if isinstance(node, ast.stmt) and node.lineno <= line <= node.end_lineno:
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
             if stmt is None or node.lineno >= stmt.lineno and not isinstance(node, _BLOCKS):
                 stmt = node
     if stmt is None:
@@ -187,7 +190,7 @@ _OS_FILE = os.__file__
 
 def _user_caller(rec, depth: int) -> int:
     """How many frames up the program's own code asked (skipping os.getenv); 0: torch asked."""
-    f = sys._getframe(depth + 1)
+    f: FrameType | None = sys._getframe(depth + 1)
     up = depth
     while f is not None and f.f_code.co_filename == _OS_FILE:
         f, up = f.f_back, up + 1
@@ -226,7 +229,7 @@ def install(p: Patcher, rec) -> None:
     environ = os.environ
     base = type(environ)
 
-    class RankEnviron(base):
+    class RankEnviron(base):  # type: ignore[valid-type,misc]
         def __getitem__(self, key):
             value = base.__getitem__(self, key)
             up = _user_caller(rec, 1) if key in RANK_ENV else 0

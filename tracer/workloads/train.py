@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         chunks = [(0, Transformer(cfg.model, cfg.training.seq_len))]
     for _, chunk in chunks:
         parallelize(cfg, meshes, chunk)
-    tp_group = meshes.tp.get_group() if loss_parallel(cfg) else None
+    tp_group = meshes.tp.get_group() if loss_parallel(cfg) else None  # type: ignore[union-attr]
     params = [q for _, chunk in chunks for q in chunk.parameters()]
     opt = torch.optim.AdamW(params, lr=cfg.optimizer.lr)
     if pp_enabled:

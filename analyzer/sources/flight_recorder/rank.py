@@ -261,7 +261,7 @@ def _merge_blocks(out: RankDump, key, marker, in_block, keep) -> None:
     c = out.cols
     shape_ids = {v: i for i, v in enumerate(out.shapes)}
     site_ids = {v: i for i, v in enumerate(out.sites)}
-    members = {}
+    members: dict[int, list[int]] = {}
     for i in np.flatnonzero(in_block).tolist():
         members.setdefault(int(key[i]), []).append(i)
     for m in np.flatnonzero(marker).tolist():
