@@ -30,8 +30,9 @@ def test_op_table():
     assert IN_PLACE_OPS == {"all_reduce", "all_reduce_coalesced", "broadcast", "reduce"}
     assert P2P_OPS == {"send", "recv"} and GROUP_OPS == {"init_process_group", "new_group", "split_group"}
     assert len(COLLECTIVE_OPS) == 16 and not COLLECTIVE_OPS & (P2P_OPS | GROUP_OPS)
+    # the list forms agree on their per-member side: all_gather's outputs, reduce_scatter's inputs
     assert names(kind=COLLECTIVE, agree="out") == (
-        "reduce_scatter",
+        "all_gather",
         "reduce_scatter_tensor",
         "reduce_scatter_tensor_coalesced",
         "scatter",
