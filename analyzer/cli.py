@@ -160,6 +160,7 @@ def diff(
     removed / changed runs, and volume per mesh dim x op x phase. Exit 0 equal, 1 different or
     either side has failed or missing ranks."""
     from analyzer.checks import missing_ranks
+    from analyzer.checks.options import CheckOptions
     from analyzer.diff import diff_traces
     from analyzer.normalize import Options, parse_aliases
 
@@ -171,7 +172,9 @@ def diff(
     options.aliases = extra if no_aliases else {**options.aliases, **extra}
     ta, tb = _load(a), _load(b)
     d = diff_traces(ta, tb, options)
-    incomplete = {"a": missing_ranks.check(ta), "b": missing_ranks.check(tb)}  # failed or missing ranks
+    incomplete = {
+        k: missing_ranks.check(t, CheckOptions()).findings for k, t in (("a", ta), ("b", tb))
+    }  # failed or missing ranks
     _render(json_out, "diff", ta, tb, d, incomplete)
     raise typer.Exit(0 if d.equal and not incomplete["a"] and not incomplete["b"] else 1)
 

@@ -49,7 +49,7 @@ def test_summary_and_volume_keep_names_and_sizes_whole():
 
 def test_long_findings_fold_into_a_compact_list(recorded):
     t = load(recorded("raises", 4)[0])
-    found = run_checks(t)
+    found = run_checks(t).findings
     c = narrow()
     render.findings(c, t, found)
     lines = text(c)

@@ -91,5 +91,5 @@ def atomic_path(out: str | os.PathLike) -> Iterator[str]:
 def atomic_open(out: str | os.PathLike, mode: str = "w"):
     """open() of a temporary file that replaces `out` once closed without an exception."""
     with atomic_path(out) as tmp:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f

@@ -107,7 +107,7 @@ def read_trace(path: str | os.PathLike) -> TraceData:
                     trace = TraceData(header=_check_header(rec, source))
                     layout = _layout(trace.header, source)
                 else:
-                    _apply(trace, rec, rows, blocks, layout)
+                    _apply(trace, rec, rows, blocks, layout)  # type: ignore[arg-type]  # set with the header
                 offset = unpacker.tell()
         except TraceFormatError:
             raise

@@ -97,7 +97,7 @@ def record(
         _fail(str(e))
     if config is not None and (script or entrypoint or torchtitan) is not None and not config.endswith(".toml"):
         ctx.args.insert(0, config)  # `--script x.py -- ARGS`: click hands the first ARG to CONFIG
-        config = None
+        config = None  # type: ignore[assignment]
     run = dict(timeout=timeout, jobs=jobs, executor=executor, ray_address=ray_address)
     if steps is not None and steps < 1:
         _fail(f"--steps must be at least 1, got {steps}")
@@ -105,7 +105,7 @@ def record(
         _fail("--steps applies to a CONFIG.toml or --torchtitan (a script counts its own steps)")
     if steps is not None and (torchtitan is not None or (config is not None and _has_torchtitan(config))):
         ctx.args.extend(["--training.steps", str(steps)])  # TorchTitan's own knob
-        steps = None
+        steps = None  # type: ignore[assignment]
     if torchtitan is not None:
         if config is not None or script is not None or entrypoint is not None:
             _fail("give --torchtitan MODULE:CONFIG alone (not with a CONFIG.toml, --script or --entrypoint)")

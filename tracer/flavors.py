@@ -6,6 +6,8 @@ Attention kernels (flex, varlen) compute locally: those flavors share their base
 
 from __future__ import annotations
 
+from typing import Any
+
 TORCHTITAN_DEFAULTS = dict(
     vocab_size=128256, multiple_of=256, ffn_dim_multiplier=None, rope_theta=10000.0, norm_eps=1e-5
 )
@@ -15,8 +17,8 @@ _8B = dict(
     dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3, multiple_of=1024, rope_theta=500000.0
 )
 
-LLAMA3 = {
-    name: {**TORCHTITAN_DEFAULTS, **args}
+LLAMA3: dict[str, dict[str, Any]] = {
+    name: {**TORCHTITAN_DEFAULTS, **args}  # type: ignore[dict-item]
     for name, args in {
         "debugmodel": _DEBUG,
         "debugmodel_flex_attn": _DEBUG,

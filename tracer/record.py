@@ -83,7 +83,7 @@ def check_options(
             raise ValueError("--ranks: no ranks to record")
         bad = sorted(r for r in ranks if world_size is not None and not 0 <= r < world_size)
         if bad:
-            raise ValueError(f"--ranks: {bad[:8]} outside 0..{world_size - 1}")
+            raise ValueError(f"--ranks: {bad[:8]} outside 0..{world_size - 1}")  # type: ignore[operator]  # bad: world_size given
 
 
 def check_output(out: str, program: Program, config_file: str | None = None) -> None:

@@ -14,6 +14,8 @@ Flight Recorder dumps: a missing dump whose peers are blocked on it is reported 
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from analyzer.findings import Finding, kind, ranks_text
 from analyzer.trace import Trace
 
@@ -39,7 +41,7 @@ def _who(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
 
 
-def check(trace: Trace, explained: set[int] = frozenset()) -> list[Finding]:
+def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Finding]:
     """Findings for ranks whose status is not ok and ranks with no stream, except those in
     `explained` (already the culprit of a finding that says so: where their peers wait)."""
     missing = set(trace.missing_ranks)
