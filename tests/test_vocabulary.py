@@ -57,7 +57,14 @@ def test_wait_keys():
 def test_finding_kinds_are_declared_by_their_emitters():
     kind_of("stalled_rank")  # imports every emitter
     blocking = {k for k, v in KINDS.items() if v.blocks}
-    assert blocking == {"missing_collective", "unmatched_p2p", "deadlock_cycle", "missing_rank", "stalled_rank"}
+    assert blocking == {
+        "missing_collective",
+        "unmatched_p2p",
+        "deadlock_cycle",
+        "missing_rank",
+        "failed_rank",
+        "stalled_rank",
+    }
     assert set(KINDS) == blocking | {
         "op_mismatch",
         "dtype_mismatch",
@@ -68,7 +75,12 @@ def test_finding_kinds_are_declared_by_their_emitters():
         "p2p_mismatch",
         "group_mismatch",
     }
-    assert {k for k, v in KINDS.items() if not v.majority} == {"missing_collective", "group_mismatch"}
+    assert {k for k, v in KINDS.items() if not v.majority} == {
+        "missing_collective",
+        "group_mismatch",
+        "failed_rank",
+        "missing_rank",
+    }
     assert all(v.severity == "error" and v.about for v in KINDS.values())
 
 

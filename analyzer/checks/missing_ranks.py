@@ -25,6 +25,7 @@ MISSING_RANK = kind(
     "a member of a group left no stream (a dump never written, a rank not "
     "recorded) while its peers wait in a collective",
     blocks=True,
+    majority=False,
 )
 
 
