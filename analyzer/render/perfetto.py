@@ -19,7 +19,7 @@ Python object is built per event.
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import polars as pl
 
@@ -77,7 +77,8 @@ def uses_real_time(trace: Trace, time: str = "auto") -> bool:
     from analyzer.waitfor.semantics import post_mortem
 
     ts = trace.events["ts"]
-    return post_mortem(trace) and ts.len() > 0 and float(ts.max()) - float(ts.min()) > 0
+    lo, hi = cast(Any, ts.min()), cast(Any, ts.max())  # polars types a column max as any literal
+    return post_mortem(trace) and ts.len() > 0 and float(hi) - float(lo) > 0
 
 
 def _category() -> pl.Expr:

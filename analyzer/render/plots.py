@@ -179,7 +179,7 @@ def diff_volume_by_dim(volume: pl.DataFrame | None) -> str | None:
 
     per_dim = volume.group_by("dim").agg(pl.col("bytes_a").sum(), pl.col("bytes_b").sum()).sort("dim")
     dims = per_dim["dim"].to_list()
-    largest: Any = max(per_dim["bytes_a"].max(), per_dim["bytes_b"].max())
+    largest: Any = max(per_dim["bytes_a"].to_list() + per_dim["bytes_b"].to_list(), default=0)
     div, unit = unit_of(largest or 1)
     with matplotlib.rc_context(RC):
         fig = figure(9.5, 1.3 + 0.45 * len(dims))
