@@ -327,7 +327,7 @@ def _mirror(call: Call, rank: int, size: int) -> None:
         for i, o in zip(ins, outs):
             if i.numel() == o.numel() * size:
                 o.view(-1).copy_(i.reshape(size, -1)[rank].clone())
-    elif kind.agree == "in":  # list gathers (all_gather, gather): each output a copy of an input
+    elif op in ("all_gather", "gather", "all_gather_coalesced"):  # list gathers: each output a copy of the input
         src = ins[0] if ins else None
         for o in outs:
             if src is not None and o.shape == src.shape:
