@@ -65,3 +65,23 @@ def test_majority_of_no_votes():
     assert majority({}) == (None, [])
     assert majority({0: "a", 1: "a", 2: "b"}) == ("a", [2])
     assert majority({0: "a", 1: "b"}) == ("a", [0, 1])
+
+
+def test_group_whose_majority_issued_nothing(tmp_path):
+    """bench/fuzz.py case 164 (seed 0), reduced: two dumps, the group's lower rank recorded
+    nothing on it, so the majority's stream is empty (a tie: both ranks are culprits); the
+    alignment once read the representative's rank from its first row."""
+    import pickle
+    import sys
+
+    sys.path.insert(0, os.path.join(REPO, "tests", "fr"))
+    import corpus
+
+    ar = corpus.entry(0, "allreduce", 1, [[4]], [[4]])
+    sub = ("1", "sub")
+    cfg = corpus.config(2, ("1", "sub", [0, 1]))
+    per = corpus.dumps({0: [ar], 1: [ar, dict(ar, process_group=sub, pg_id=1, state="started")]}, cfg)
+    for r, d in per.items():
+        (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(d, protocol=2))
+    found = run_checks(load(tmp_path)).findings
+    assert [(f.kind, f.culprit_ranks) for f in found if f.group["name"] == "1"] == [("missing_collective", [0])]

@@ -212,7 +212,7 @@ def _findings(trace: Trace) -> list[Finding]:
             deviating.append((gid, r))
             dev = _full(trace, grows.filter(pl.col("rank") == r), pats)
             culprits = members if contested else [r]
-            pairs = _align(report, gid, members, culprits, r, rep_rows, dev.to_dicts(), trace, atoms)
+            pairs = _align(report, gid, members, culprits, (rep, r), rep_rows, dev.to_dicts(), trace, atoms)
             if pairs:
                 pos = pl.DataFrame(
                     {"seq": [s for s, _ in pairs], "pos": [p for _, p in pairs]},
@@ -243,10 +243,12 @@ def _findings(trace: Trace) -> list[Finding]:
 
 
 def _align(
-    report: _Report, gid: int, members, culprits, rank: int, rep_rows, dev_rows, trace, atoms
+    report: _Report, gid: int, members, culprits, ranks: tuple[int, int], rep_rows, dev_rows, trace, atoms
 ) -> list[tuple[int, int]]:
-    """Diff a deviating rank against the majority; report skips, extras and replaced pairs.
+    """Diff a deviating rank against the majority's representative (`ranks` = (representative,
+    deviating rank)); report skips, extras and replaced pairs. Either stream may be empty.
     Returns the (own seq, majority position) pairs that matched."""
+    rep, rank = ranks
     a = [x["tok"] for x in rep_rows]
     b = [x["tok"] for x in dev_rows]
     pairs: list[tuple[int, int]] = []
@@ -254,7 +256,7 @@ def _align(
         # a stopped run (FR dumps) without a majority: where one stream is the other's prefix,
         # the rank that stopped early is the one the others wait on (hang says the same)
         short, long_rows, short_rows = (
-            (rank, rep_rows, dev_rows) if len(b) < len(a) else (rep_rows[0]["rank"], dev_rows, rep_rows)
+            (rank, rep_rows, dev_rows) if len(b) < len(a) else (rep, dev_rows, rep_rows)
         )
         pairs.extend((dev_rows[k]["seq"], rep_rows[k]["seq"]) for k in range(min(len(a), len(b))))
         _missing(report, gid, members, [short], long_rows[len(short_rows) :], short, short_rows, len(short_rows), trace)
