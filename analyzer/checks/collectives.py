@@ -255,9 +255,7 @@ def _align(
     if len(culprits) > 1 and post_mortem(trace) and a[: len(b)] == b[: len(a)] and len(a) != len(b):
         # a stopped run (FR dumps) without a majority: where one stream is the other's prefix,
         # the rank that stopped early is the one the others wait on (hang says the same)
-        short, long_rows, short_rows = (
-            (rank, rep_rows, dev_rows) if len(b) < len(a) else (rep, dev_rows, rep_rows)
-        )
+        short, long_rows, short_rows = (rank, rep_rows, dev_rows) if len(b) < len(a) else (rep, dev_rows, rep_rows)
         pairs.extend((dev_rows[k]["seq"], rep_rows[k]["seq"]) for k in range(min(len(a), len(b))))
         _missing(report, gid, members, [short], long_rows[len(short_rows) :], short, short_rows, len(short_rows), trace)
         return pairs
