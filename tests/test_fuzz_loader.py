@@ -4,6 +4,7 @@ Derandomized (the `ci` profile in conftest.py); examples that once failed are pi
 
 import os
 
+import pytest
 from conftest import REPO
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -85,3 +86,24 @@ def test_group_whose_majority_issued_nothing(tmp_path):
         (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(d, protocol=2))
     found = run_checks(load(tmp_path)).findings
     assert [(f.kind, f.culprit_ranks) for f in found if f.group["name"] == "1"] == [("missing_collective", [0])]
+
+
+@pytest.mark.parametrize("field, value", [("gid", 1 << 31), ("gid", -(1 << 63)), ("ranks", [0, 1 << 40])])
+def test_group_record_out_of_int32_range_is_refused(tmp_path, field, value):
+    """bench/fuzz.py seed 0, cases 4135 / 4280: a bit flip made a group id 2**31, which the
+    frames' int32 column could not hold (a TypeError out of polars, not a LoadError)."""
+    import io
+
+    import msgpack
+
+    src = tmp_path / "src.trace"
+    trace_parts.write_data(src, trace_reader.read_trace(os.path.join(REPO, "traces", "fsdp.trace")))
+    out = []
+    for rec in msgpack.Unpacker(io.BytesIO(src.read_bytes()), raw=False, strict_map_key=False):
+        if rec["t"] == "group" and rec["gid"] == 0:
+            rec[field] = value
+        out.append(msgpack.packb(rec, use_bin_type=True))
+    bad = tmp_path / "bad.trace"
+    bad.write_bytes(b"".join(out))
+    with pytest.raises(LoadError, match="out of range"):
+        load(bad)

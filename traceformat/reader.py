@@ -28,6 +28,16 @@ from traceformat.format import (
     TraceFormatError,
 )
 
+INT32_END = 1 << 31
+"""Group ids and ranks are int32 in the frames: a record past that is corrupt."""
+
+
+def _rank(rec: dict) -> int:
+    rank = int(rec["r"])
+    if not 0 <= rank < INT32_END:
+        raise TraceFormatError("rank out of range")
+    return rank
+
 
 def _check_header(rec: Any, source: str) -> dict:
     if not isinstance(rec, dict) or rec.get("t") != "header" or rec.get("format") != FORMAT_NAME:
@@ -136,7 +146,7 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout
         values = rec["v"]
         if not isinstance(values, list) or len(values) != layout.width:
             raise TraceFormatError("event row of wrong width")
-        rows.setdefault(int(rec["r"]), []).append(values if layout.same else [values[i] for i in layout.row_at])
+        rows.setdefault(_rank(rec), []).append(values if layout.same else [values[i] for i in layout.row_at])
     elif kind == "block":
         n, cols = int(rec["n"]), rec["c"]
         if len(cols) != layout.width:
@@ -144,23 +154,21 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout
         arrays = {name: np.frombuffer(cols[i], dtype=DTYPES[name]) for name, i in zip(COLUMN_NAMES, layout.row_at)}
         if any(len(a) != n for a in arrays.values()):
             raise TraceFormatError("block column of wrong length")
-        blocks.setdefault(int(rec["r"]), []).append(arrays)
+        blocks.setdefault(_rank(rec), []).append(arrays)
     elif kind == "pblock":
         block = _decode_pblock(trace, rec, layout)  # before setdefault: a corrupt block leaves no empty entry
-        blocks.setdefault(int(rec["r"]), []).append(block)
+        blocks.setdefault(_rank(rec), []).append(block)
     elif kind == "atoms":
         if int(rec["base"]) != len(trace.atoms):
             raise TraceFormatError("atom table out of order")
         trace.atoms.extend(rec["v"])
     elif kind == "group":
-        trace.groups[int(rec["gid"])] = {
-            "gid": int(rec["gid"]),
-            "name": str(rec["name"]),
-            "ranks": [int(r) for r in rec["ranks"]],
-            "desc": str(rec["desc"]),
-        }
+        gid, ranks = int(rec["gid"]), [int(r) for r in rec["ranks"]]
+        if not all(0 <= v < INT32_END for v in (gid, *ranks)):  # frames hold them as int32
+            raise TraceFormatError("group id or rank out of range")
+        trace.groups[gid] = {"gid": gid, "name": str(rec["name"]), "ranks": ranks, "desc": str(rec["desc"])}
     elif kind == "end":
-        trace.ends[int(rec["r"])] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": rec.get("error")}
+        trace.ends[_rank(rec)] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": rec.get("error")}
     elif kind == "footer":
         trace.complete = True
     elif kind == "header":
