@@ -107,3 +107,36 @@ def test_group_record_out_of_int32_range_is_refused(tmp_path, field, value):
     bad.write_bytes(b"".join(out))
     with pytest.raises(LoadError, match="out of range"):
         load(bad)
+
+
+def _fr_folder(tmp_path, per_rank_bytes: dict[int, bytes]):
+    for r, data in per_rank_bytes.items():
+        (tmp_path / f"rank_{r}").write_bytes(data)
+    return tmp_path
+
+
+def test_fr_dump_with_a_non_string_group_name_is_refused(tmp_path):
+    """bench/fuzz.py seed 0, case 10373: an entry's process_group (3, 'x') sorted among string names."""
+    import pickle
+    import sys
+
+    sys.path.insert(0, os.path.join(REPO, "tests", "fr"))
+    import corpus
+
+    ar = corpus.entry(0, "allreduce", 1, [[4]], [[4]])
+    per = corpus.dumps({0: [ar], 1: [dict(ar, process_group=[3, "x"])]}, corpus.config(2))
+    folder = _fr_folder(tmp_path, {r: pickle.dumps(d, protocol=2) for r, d in per.items()})
+    with pytest.raises(LoadError, match="rank_1: not a Flight Recorder dump"):
+        load(folder)
+
+
+def test_fr_pickle_with_an_impossible_length_is_refused(tmp_path):
+    """bench/fuzz.py seed 0, case 9503: BYTEARRAY8 of 2**64 - 1 bytes raised OverflowError."""
+    import pickle
+
+    good = pickle.dumps({"version": "2.10", "rank": 0, "entries": []}, protocol=2)
+    bad = b"\x80\x05\x96" + (2**64 - 1).to_bytes(8, "little")
+    with pytest.raises(LoadError, match="rank_1: not a readable Flight Recorder dump"):
+        load(_fr_folder(tmp_path, {1: bad}))
+    t = load(_fr_folder(tmp_path, {0: good}))  # beside a good dump: a note, rank 1 is missing
+    assert any("rank_1" in n for n in t.notes), t.notes

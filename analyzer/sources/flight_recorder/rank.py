@@ -135,6 +135,8 @@ def _decode(out: RankDump, dump: dict, entries: list, fast: dict) -> RankDump:
     if None in groups or () in groups:  # very old dumps: only pg_id
         groups = [g or (str(pid), "undefined") for g, pid in zip(groups, _column(entries, "pg_id", 0))]
     out.pgs, pg = _intern(groups)
+    if not all(len(k) == 2 and isinstance(k[0], str) and isinstance(k[1], str) for k in out.pgs):
+        raise TypeError("process_group is not a (name, description) pair of strings")  # once per group
     # shapes keyed as tuples of tuples, built by C-level maps (no Python call per entry)
     shape_keys = list(map(tuple, map(map, repeat(tuple), _column(entries, "input_sizes", [], fast)))) + list(
         map(tuple, map(map, repeat(tuple), _column(entries, "output_sizes", [], fast)))

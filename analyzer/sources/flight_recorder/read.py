@@ -118,6 +118,7 @@ def read_dump(path: str, kind: str) -> dict:
         AttributeError,
         RecursionError,
         MemoryError,
+        OverflowError,  # a length field past any size (BYTEARRAY8 of 2**63)
     ) as e:
         raise LoadError(f"{name}: not a readable Flight Recorder dump ({type(e).__name__})") from None
     finally:
