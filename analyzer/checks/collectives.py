@@ -14,37 +14,26 @@ split matrix. Culprits are the ranks that differ from the majority; without a st
 from __future__ import annotations
 
 import difflib
-from collections import defaultdict
 
 import polars as pl
 
-from analyzer.checks.common import atom_values, conflicting_gids, group_table, is_shapes, majority, shape_text
+from analyzer.checks.common import atom_values, conflicting_gids, frame_text, group_table, majority, shape_text
 from analyzer.checks.options import Checked, CheckOptions
+from analyzer.checks.shape_rules import DTYPE_MISMATCH, SHAPE_MISMATCH, per_row_rules
 from analyzer.findings import Finding, group_text, kind, ranks_text
 from analyzer.trace import Trace
 from analyzer.waitfor.semantics import post_mortem
-from traceformat.format import Mode
-from traceformat.ops import COLLECTIVE, COLLECTIVE_OPS, GATHER_OPS, ROOTED_OPS, SCATTER_OPS, names
+from traceformat.ops import COLLECTIVE, COLLECTIVE_OPS, ROOTED_OPS, names
 
 # the shapes every member must agree on (the op table's `agree`): a list all_gather's outputs
 # (every rank's chunk, which may differ by rank: all_gather_v) and a list reduce_scatter's inputs,
 # the tensor forms' one side
 KEY_IN = list(names(kind=COLLECTIVE, agree="in"))
 KEY_OUT = list(names(kind=COLLECTIVE, agree="out"))
-SAME_SHAPE = ["all_reduce", "all_reduce_coalesced", "broadcast"]  # output = input, shape and dtype
 ROOTED = sorted(ROOTED_OPS)
-GATHERS = sorted(GATHER_OPS)
-SCATTERS = sorted(SCATTER_OPS)
 OP_MISMATCH = kind("op_mismatch", "members of a group issued different collectives at the same position")
-DTYPE_MISMATCH = kind(
-    "dtype_mismatch", "members of a collective passed different dtypes, or an output's dtype differs from its input's"
-)
 REDUCE_OP_MISMATCH = kind("reduce_op_mismatch", "members of a reduction passed different reduce ops")
 ROOT_MISMATCH = kind("root_mismatch", "members of a rooted collective named different roots")
-SHAPE_MISMATCH = kind(
-    "shape_mismatch", "members passed different shapes, or output and input sizes break the op's size rule"
-)
-SPLIT_MISMATCH = kind("split_mismatch", "all_to_all_single split sizes that do not pair up between ranks")
 MISSING_COLLECTIVE = kind(
     "missing_collective", "a rank skipped (or added) a collective its group issues", blocks=True, majority=False
 )
@@ -237,8 +226,7 @@ def _findings(trace: Trace) -> list[Finding]:
             table=pats,
         )
 
-    _self_consistency(report, trace, groups, pats, positioned, atoms, present)
-    _splits(report, trace, groups, pats, positioned, present)
+    per_row_rules(report, trace, groups, pats, positioned, atoms, present)
     return report.findings()
 
 
@@ -293,11 +281,6 @@ def _opcodes(a: list, b: list):
         yield "equal", len(a) - s, len(a), len(b) - s, len(b)
 
 
-def _where(row: dict) -> str:
-    frame = row.get("frame") or "?"
-    return f"{frame} [{row['module']}]" if row.get("module") else frame
-
-
 def _describe(field: str, row: dict, atoms) -> object:
     if field == "key":
         return shape_text(atoms.get(row["key"])) if row["key"] >= 0 else "-"
@@ -323,10 +306,10 @@ def _compare(report, gid, members, culprits, rep: dict, dev: dict, atoms) -> Non
             op=rep["op"],
             expected=exp,
             actual=act,
-            frame=_where(dev),
+            frame=frame_text(dev),
             members=members,
             message=message,
-            rep_frame=_where(rep),
+            rep_frame=frame_text(rep),
         )
         for r in culprits:
             if r != dev["rank"]:
@@ -338,7 +321,7 @@ def _compare(report, gid, members, culprits, rep: dict, dev: dict, atoms) -> Non
                     op=rep["op"],
                     expected=exp,
                     actual=exp,
-                    frame=_where(rep),
+                    frame=frame_text(rep),
                     members=members,
                     message=message,
                 )
@@ -355,7 +338,7 @@ def _missing(report, gid, members, culprits, skipped: list[dict], rank, dev_rows
 
     def message(f, first=first, n=len(skipped), stopped=stopped, before=before, status=status):
         who = f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}"
-        what = f"{first['op']} #{first['seq']} on {group_text(f.group)} ({_where(first)})"
+        what = f"{first['op']} #{first['seq']} on {group_text(f.group)} ({frame_text(first)})"
         if stopped:
             tail = f" and the {n - 1} collectives after it" if n > 1 else ""
             why = (
@@ -377,10 +360,10 @@ def _missing(report, gid, members, culprits, skipped: list[dict], rank, dev_rows
             op=first["op"],
             expected=f"{first['op']} #{first['seq']}",
             actual="missing",
-            frame=_where(before) if before and r == rank else "-",
+            frame=frame_text(before) if before and r == rank else "-",
             members=members,
             message=message,
-            rep_frame=_where(first),
+            rep_frame=frame_text(first),
             extra={"detail": detail, "count": len(skipped)},
         )
 
@@ -393,7 +376,7 @@ def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> No
         who = f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}"
         more = f" (and {n - 1} more)" if n > 1 else ""
         return (
-            f"{who} issued an extra {first['op']} on {group_text(f.group)} at {_where(first)}{more}, "
+            f"{who} issued an extra {first['op']} on {group_text(f.group)} at {frame_text(first)}{more}, "
             f"before position #{f.seq} of the other ranks, who never issued it"
         )
 
@@ -406,203 +389,8 @@ def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> No
             op=first["op"],
             expected="nothing",
             actual=f"{first['op']} (own seq {first['seq']})",
-            frame=_where(first),
+            frame=frame_text(first),
             members=members,
             message=message,
             extra={"detail": "extra", "count": len(added)},
         )
-
-
-def _output_side(report, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
-    """all_reduce / broadcast write their output in the shape and dtype of their input: an
-    output that differs (FR records both sides; a dtype is 'in->out' where they differ) is a
-    shape_mismatch / dtype_mismatch of that rank, whatever the other ranks did."""
-    known = {aid for aid, v in atoms.items() if is_shapes(v) and v}
-    same = pats.filter(pl.col("op").is_in(SAME_SHAPE))
-    bad = same.filter(
-        (pl.col("in_shapes") != pl.col("out_shapes"))
-        & pl.col("in_shapes").is_in(sorted(known))
-        & pl.col("out_shapes").is_in(sorted(known))
-    )
-    if not bad.is_empty():
-        for row in positioned(bad).sort("group", "pos", "rank").to_dicts():
-            io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
-            _self_finding(report, groups, present, row, "shape_mismatch", "output shape = input shape", io)
-    dt = same.filter(pl.col("dtype").cast(pl.String).str.contains("->", literal=True))
-    if not dt.is_empty():
-        for row in (
-            positioned(dt.drop("dtype"))
-            .join(dt.select("code", "dtype"), on="code")
-            .sort("group", "pos", "rank")
-            .to_dicts()
-        ):
-            i, o = str(row["dtype"]).split("->", 1)
-            _self_finding(
-                report, groups, present, row, "dtype_mismatch", "output dtype = input dtype", f"input {i} -> output {o}"
-            )
-
-
-def _self_finding(report, groups, present, row: dict, kind: str, rule: str, actual: str) -> None:
-    gid = row["group"]
-
-    def message(f, row=row, rule=rule):
-        bad = "; ".join(f"rank {r}: {f.actual[r]}" for r in f.culprit_ranks)
-        return f"{row['op']} #{f.seq} on {group_text(f.group)} breaks {rule}: {bad}"
-
-    report.add(
-        kind,
-        gid,
-        row["pos"],
-        row["rank"],
-        op=row["op"],
-        expected=rule,
-        actual=actual,
-        frame=_where(row),
-        members=[r for r in groups[gid]["ranks"] if r in present],
-        message=message,
-        extra={"detail": "output side"},
-    )
-
-
-def _self_consistency(report, trace, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
-    """All-gathers must output group-size x their input; reduce-scatters the reverse. Judged
-    per pattern; only the events of a bad pattern are looked at."""
-    _output_side(report, groups, pats, positioned, atoms, present)
-    numel = {aid: sum(_prod(s) for s in v) for aid, v in atoms.items() if is_shapes(v)}
-    count = {aid: len(v) for aid, v in atoms.items() if is_shapes(v)}
-    cand = pats.filter(pl.col("op").is_in(GATHERS + SCATTERS))
-    if cand.is_empty():
-        return
-    sizes = trace.groups.select(group="gid", size="size")
-    cand = cand.join(sizes, on="group").with_columns(
-        i=pl.col("in_shapes").replace_strict(numel, default=0, return_dtype=pl.Int64),
-        o=pl.col("out_shapes").replace_strict(numel, default=0, return_dtype=pl.Int64),
-        ni=pl.col("in_shapes").replace_strict(count, default=0, return_dtype=pl.Int64),
-        no=pl.col("out_shapes").replace_strict(count, default=0, return_dtype=pl.Int64),
-    )
-    gathers = pl.col("op").is_in(GATHERS)
-    # the list forms hold one chunk per member, chunks may differ (all_gather_v / reduce_scatter_v)
-    lists = pl.col("op").is_in(["all_gather", "reduce_scatter"])
-    bad = cand.filter(
-        pl.when(lists)
-        .then(pl.when(gathers).then(pl.col("no")).otherwise(pl.col("ni")) != pl.col("size"))
-        .when(gathers)
-        .then(pl.col("o") != pl.col("i") * pl.col("size"))
-        .otherwise(pl.col("i") != pl.col("o") * pl.col("size"))
-    )
-    if bad.is_empty():
-        return
-    bad = positioned(bad).sort("group", "pos", "rank")
-    for row in bad.to_dicts():
-        gid = row["group"]
-        members = [r for r in groups[gid]["ranks"] if r in present]
-        io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
-        rule = "output = input x group size" if row["op"] in GATHERS else "input = output x group size"
-
-        def message(f, row=row, rule=rule):
-            bad = "; ".join(f"rank {r}: {f.actual[r]}" for r in f.culprit_ranks)
-            return f"{row['op']} #{f.seq} on {group_text(f.group)} breaks {rule} ({len(f.ranks)} ranks): {bad}"
-
-        report.add(
-            SHAPE_MISMATCH,
-            gid,
-            row["pos"],
-            row["rank"],
-            op=row["op"],
-            expected=rule,
-            actual=io,
-            frame=_where(row),
-            members=members,
-            message=message,
-        )
-
-
-def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> None:
-    """all_to_all_single: what rank i sends j must equal what j expects from i."""
-    a2a = pats.filter(pl.col("op") == "all_to_all_single")
-    if a2a.is_empty():
-        return
-    a2a = positioned(a2a)
-    atoms = atom_values(trace, a2a["splits"].unique().to_list())
-    table = pl.DataFrame(
-        {
-            "splits": list(atoms),
-            "send": [v[0] if v else [] for v in atoms.values()],
-            "expect": [v[1] if v else [] for v in atoms.values()],
-        },
-        schema={"splits": pl.Int32, "send": pl.List(pl.Int64), "expect": pl.List(pl.Int64)},
-    )
-    members = (
-        trace.groups.select(group="gid", peer="ranks")
-        .explode("peer")
-        .with_columns(j=pl.int_range(pl.len()).over("group"))
-    )
-    base = a2a.select("group", "pos", "rank", "splits", "frame", "module").join(table, on="splits")
-    if trace.mode is Mode.FAKE:
-        # A fake backend cannot exchange data: split sizes a rank learned from an all_to_all of
-        # counts are its own counts echoed back (out == in on every rank). Such positions cannot
-        # be verified in fake mode (record with --mode local); a real disagreement breaks the echo.
-        echo = base.group_by("group", "pos").agg(echo=(pl.col("send") == pl.col("expect")).all())
-        base = base.join(echo.filter(~pl.col("echo")).select("group", "pos"), on=["group", "pos"])
-    send = (
-        base.select("group", "pos", src="rank", v="send")
-        .explode("v")
-        .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "src"))
-        .join(members, on=["group", "j"])
-        .rename({"peer": "dst", "v": "sent"})
-        .drop("j")
-    )
-    recv = (
-        base.select("group", "pos", dst="rank", v="expect")
-        .explode("v")
-        .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "dst"))
-        .join(members, on=["group", "j"])
-        .rename({"peer": "src", "v": "expected"})
-        .drop("j")
-    )
-    pairs = send.join(recv, on=["group", "pos", "src", "dst"], how="inner").filter(pl.col("sent") != pl.col("expected"))
-    frames = {
-        (r["group"], r["pos"], r["rank"]): _where(r)
-        for r in base.select("group", "pos", "rank", "frame", "module").to_dicts()
-    }
-    for (gid, pos), bad in pairs.group_by(["group", "pos"], maintain_order=True):
-        counts: dict[int, int] = defaultdict(int)
-        for s, d in zip(bad["src"], bad["dst"]):
-            counts[s] += 1
-            if d != s:
-                counts[d] += 1
-        top = max(counts.values())
-        culprits = sorted(r for r, c in counts.items() if c == top)
-        mism = [
-            f"{s}->{d}: sends {x}, expected {y}"
-            for s, d, x, y in bad.select("src", "dst", "sent", "expected").iter_rows()
-        ]
-        group_members = [r for r in groups[gid]["ranks"] if r in present]
-
-        def message(f, mism=mism):
-            return (
-                f"all_to_all_single #{f.seq} on {group_text(f.group)}: split sizes disagree "
-                f"({'; '.join(mism[:6])}{' ...' if len(mism) > 6 else ''}); culprit "
-                f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}"
-            )
-
-        for r in culprits:
-            report.add(
-                SPLIT_MISMATCH,
-                gid,
-                pos,
-                r,
-                op="all_to_all_single",
-                expected="send[i][j] == expect[j][i]",
-                actual=[m for m in mism if m.startswith(f"{r}->") or m.split(":")[0].endswith(f"->{r}")],
-                frame=frames.get((gid, pos, r), "?"),
-                members=group_members,
-                message=message,
-            )
-
-
-def _prod(shape) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out

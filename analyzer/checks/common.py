@@ -63,3 +63,9 @@ def shape_text(shapes) -> str:
     if len(shapes) == 1:
         return "(" + ", ".join(map(str, shapes[0])) + ")"
     return "[" + ", ".join("(" + ", ".join(map(str, s)) + ")" for s in shapes) + "]"
+
+
+def frame_text(row: dict) -> str:
+    """Where an event was issued: its user frame, and the module when known."""
+    frame = row.get("frame") or "?"
+    return f"{frame} [{row['module']}]" if row.get("module") else frame
