@@ -41,6 +41,10 @@ class Op:
     flat: bool = False
     """Tensor form: one output tensor per input, sized by the group (`*_into_tensor`,
     `reduce_scatter_tensor*`); otherwise a list op has one tensor per member."""
+    each_output: str = ""
+    """List forms: what each output tensor holds. "input": a member's input (all_gather, gather:
+    one output per member); "chunk": the input chunk addressed to this rank (reduce_scatter,
+    scatter, all_to_all). What a fake backend, which exchanges nothing, writes in its place."""
 
 
 def _collective(name: str, **kw) -> Op:
@@ -52,18 +56,18 @@ OPS: dict[str, Op] = {
     for op in (
         _collective("all_reduce", agree="in", in_place=True),
         _collective("all_reduce_coalesced", agree="in", in_place=True),
-        _collective("all_gather", agree="out", size_factor=1),
-        _collective("all_gather_coalesced", agree="in", size_factor=1),
+        _collective("all_gather", agree="out", size_factor=1, each_output="input"),
+        _collective("all_gather_coalesced", agree="in", size_factor=1, each_output="input"),
         _collective("all_gather_into_tensor", agree="in", size_factor=1, flat=True),
         _collective("all_gather_into_tensor_coalesced", agree="in", size_factor=1, flat=True),
-        _collective("reduce_scatter", agree="in", size_factor=-1),
+        _collective("reduce_scatter", agree="in", size_factor=-1, each_output="chunk"),
         _collective("reduce_scatter_tensor", agree="out", size_factor=-1, flat=True),
         _collective("reduce_scatter_tensor_coalesced", agree="out", size_factor=-1, flat=True),
         _collective("broadcast", agree="in", rooted=True, in_place=True),
         _collective("reduce", agree="in", rooted=True, in_place=True),
-        _collective("gather", agree="in", rooted=True),
-        _collective("scatter", agree="out", rooted=True),
-        _collective("all_to_all"),
+        _collective("gather", agree="in", rooted=True, each_output="input"),
+        _collective("scatter", agree="out", rooted=True, each_output="chunk"),
+        _collective("all_to_all", each_output="chunk"),
         _collective("all_to_all_single"),
         _collective("barrier"),
         Op(name="send", kind=P2P),

@@ -327,12 +327,12 @@ def _mirror(call: Call, rank: int, size: int) -> None:
         for i, o in zip(ins, outs):
             if i.numel() == o.numel() * size:
                 o.view(-1).copy_(i.reshape(size, -1)[rank].clone())
-    elif op in ("all_gather", "gather", "all_gather_coalesced"):  # list gathers: each output a copy of the input
+    elif kind.each_output == "input":  # list gathers: each output a copy of the input
         src = ins[0] if ins else None
         for o in outs:
             if src is not None and o.shape == src.shape:
                 o.copy_(src)
-    elif op in ("reduce_scatter", "scatter", "all_to_all"):
+    elif kind.each_output == "chunk":
         for k, o in enumerate(outs):
             src = ins[rank] if op != "all_to_all" and len(ins) == size else (ins[k] if k < len(ins) else None)
             if src is not None and src.shape == o.shape:
