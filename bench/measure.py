@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 BIN = os.path.dirname(sys.executable)
+REPO_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -335,6 +335,12 @@ def torchtitan(work: str) -> None:
     torchtitan_rows.rows(work, row)
 
 
+def torchtitan_preset(work: str, quick: bool, step: str) -> None:
+    import torchtitan_presets
+
+    torchtitan_presets.preset(work, row, quick, step)
+
+
 def golden_sizes() -> None:
     goldens = sorted(glob.glob(os.path.join(REPO, "traces", "*.trace")))
     sizes = [os.path.getsize(p) / max(1, _events(p)) for p in goldens]
@@ -361,6 +367,8 @@ def steps(work: str, quick: bool) -> dict:
         "fr": lambda: flight_recorder(work, quick),
         "ray": lambda: ray_executor(work),
         "torchtitan": lambda: torchtitan(work),
+        "tt-70b": lambda: torchtitan_preset(work, quick, "tt-70b"),
+        "tt-405b": lambda: torchtitan_preset(work, quick, "tt-405b"),
         "goldens": golden_sizes,
     }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import NoReturn
 
 import typer
 
@@ -31,7 +32,7 @@ def _root() -> None:
     """commtrace recorder."""
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
 
@@ -236,6 +237,8 @@ def _report(result) -> None:
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2)
     typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}", err=True)
+    if result.peak_rss:
+        typer.echo(_peaks(result.peak_rss), err=True)
     if result.errors:
         for line in list(result.errors.values())[:1]:
             typer.echo(f"error: {line}", err=True)
@@ -246,6 +249,18 @@ def _report(result) -> None:
                 err=True,
             )
         raise typer.Exit(2)
+
+
+def _peaks(peaks: dict[int, int]) -> str:
+    """'peak memory per recording process: max 0.41 GiB (rank 3), median 0.38 GiB over 64'."""
+    import statistics
+
+    top = max(peaks, key=peaks.__getitem__)
+    gib = 1 << 30
+    return (
+        f"peak memory per recording process: max {peaks[top] / gib:.2f} GiB (rank {top}), "
+        f"median {statistics.median(peaks.values()) / gib:.2f} GiB over {len(peaks)}"
+    )
 
 
 @app.command()

@@ -132,8 +132,52 @@ def _other_model(path: str, raw: dict):
     sections.setdefault("training", {})["steps"] = steps
     import typer
 
-    config = f"{name}_{model.get('flavor', 'debugmodel')}"
+    config = _config_for(name, str(model.get("flavor", "debugmodel")), os.path.splitext(os.path.basename(path))[0])
+    if config is None:
+        _fail(
+            f"{path}: model.name {name!r}: TorchTitan {installed()} has no such model "
+            f"(torchtitan.models.{name}); record it with a TorchTitan release that ships it"
+        )
     typer.echo(
         f"note: model {name!r} records through the installed TorchTitan ({name}:{config}), {steps} steps", err=True
     )
     return TorchTitanJob(module=name, config=config, overrides=toml_overrides(sections))
+
+
+def _config_for(name: str, flavor: str, stem: str) -> str | None:
+    """TorchTitan 0.3's config of model `name` for a v0.2 `flavor`: `<name>_<flavor>` when it is
+    registered, else a registered config whose model_spec is built for that flavor (0.3 named
+    some configs after v0.2's TOML files: qwen3's debugmodel_moe is `qwen3_moe_debug`), the one
+    named like the TOML first, then the shortest name. `<name>_<flavor>` when none is found:
+    TorchTitan's own parser then says what exists, in one line. None when this TorchTitan has
+    no such model (0.3.0 ships no llama4)."""
+    import contextlib
+    import importlib
+    import importlib.util
+    import inspect
+    import io
+
+    default = f"{name}_{flavor}"
+    if not name.isidentifier() or importlib.util.find_spec(f"torchtitan.models.{name}") is None:
+        return None
+    try:
+        from tracer.adapters.torchtitan import runtime
+
+        runtime.prepare()
+        registry = importlib.import_module(f"torchtitan.models.{name}.config_registry")
+    except Exception:  # its parser's error says why, in one line
+        return default
+    if hasattr(registry, default):
+        return default
+    found = []
+    for fn_name, fn in vars(registry).items():
+        if fn_name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != registry.__name__:
+            continue
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                spec = getattr(fn(), "model_spec", None)  # configs log notes while being built
+        except Exception:  # a config that cannot be built here is not the one
+            continue
+        if getattr(spec, "flavor", None) == flavor:
+            found.append(fn_name)
+    return min(found, key=lambda n: (n != stem, len(n), n)) if found else default

@@ -59,6 +59,9 @@ class RecordResult:
     """"fake" or "real" per rank: how its tensor math ran."""
     notes: list[str] = field(default_factory=list)
     """Things the user should know (e.g. ranks re-recorded with real compute), one line each."""
+    peak_rss: dict[int, int] = field(default_factory=dict)
+    """Peak resident memory of each recording process, bytes, by the first rank it recorded
+    (its own high-water mark, measured by the process itself: executors.own_peak_bytes)."""
     written: bool = False
     """Whether `out` was written (False when no rank recorded anything: the old file stays)."""
 
@@ -184,6 +187,7 @@ def record(
             for i, job, code in zip(again, redo, run(redo)):
                 todo[i], outcomes[i] = job, code
         result.compute = {r: job.compute for job in todo for r in job.ranks}
+        result.peak_rss = executors.read_peaks(todo)  # a rank recorded again: its second process
         parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in ranks]
         present = [p for p in parts if os.path.exists(p)]
         header = {

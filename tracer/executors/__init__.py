@@ -26,6 +26,39 @@ def log_path(job: Job) -> str:
     return os.path.join(job.parts_dir, f"job_{job.ranks[0]:05d}.log")
 
 
+def peak_path(job: Job) -> str:
+    """Where the job's process leaves its peak resident memory (bytes, one number)."""
+    return os.path.join(job.parts_dir, f"job_{job.ranks[0]:05d}.peak")
+
+
+def own_peak_bytes() -> int:
+    """This process's peak resident memory: VmHWM on Linux (its own high-water mark; a child
+    forked from the server counts the pages it shares with it), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def read_peaks(jobs: list[Job]) -> dict[int, int]:
+    """{first rank of the job: peak bytes of its process}, for the jobs that left one (files removed)."""
+    peaks = {}
+    for job in jobs:
+        try:
+            with open(peak_path(job)) as f:
+                peaks[job.ranks[0]] = int(f.read())
+            os.remove(peak_path(job))
+        except (OSError, ValueError):
+            continue
+    return peaks
+
+
 def run(
     name: str, jobs: list[Job], *, workers: int, timeout: float | None, progress: bool, ray_address: str | None = None
 ) -> list:

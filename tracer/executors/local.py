@@ -17,7 +17,7 @@ import time
 
 from traceformat.workers import context
 from tracer.capture.channel import blocked_ranks, channel_dir
-from tracer.executors import Progress, log_path
+from tracer.executors import Progress, log_path, own_peak_bytes, peak_path
 from tracer.modes.run import Job
 
 # imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take
@@ -50,6 +50,11 @@ def _child(job: Job, log: str) -> None:
     from tracer.modes.run import run_job
 
     code = run_job(job)
+    try:  # the caller cannot see it: this process is the fork server's child, not its own
+        with open(peak_path(job), "w") as f:
+            f.write(str(own_peak_bytes()))
+    except OSError:
+        pass
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
