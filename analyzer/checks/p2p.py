@@ -33,32 +33,13 @@ def _findings(trace: Trace) -> list[Finding]:
     present = set(trace.ranks)
     # lean rows first (tens of millions in a pipeline at scale): keys, idx and pattern code only
     pats = pats.with_columns(is_send=pl.col("op") == "send")
-    ev = trace.with_patterns(
-        trace.with_codes(trace.stream.select("rank", "idx", "code", "seq"), pats),
-        "is_send",
-        "peer",
-        "group",
-        table=pats,
-    )
-    lean = ["group", "seq", "idx", "code"]
-    sends = ev.filter(pl.col("is_send")).select(*lean, src="rank", dst="peer")
-    recvs = ev.filter(~pl.col("is_send") & (pl.col("peer") >= 0)).select(*lean, src="peer", dst="rank")
-    del ev
-    both = sends.join(recvs, on=["group", "src", "dst", "seq"], how="full", suffix="_r", coalesce=True)
-    del sends, recvs
-    # only unmatched or disagreeing pairs go on (atoms are interned, so equal shapes = equal ids);
-    # dtype and shapes compared through per-pattern arrays indexed by code
+    ev = trace.with_codes(trace.stream.select("rank", "idx", "code", "seq"), pats)
     table = trace.patterns.select(pl.col("dtype").to_physical().cast(pl.Int64), "in_shapes", "out_shapes")
     dtype, ins, outs = (np.r_[table[c].fill_null(-3).to_numpy(), -2] for c in ("dtype", "in_shapes", "out_shapes"))
-    n = trace.patterns.height
-    code, code_r = (both[c].fill_null(n).to_numpy() for c in ("code", "code_r"))
-    keep = (
-        both["idx"].is_null().to_numpy()
-        | both["idx_r"].is_null().to_numpy()
-        | (dtype[code] != dtype[code_r])
-        | (ins[code] != outs[code_r])
-    )
-    both = both.filter(pl.Series(keep))
+    both = _by_instance(trace, pats, ev, dtype, ins, outs)
+    if both is None:  # a key used twice on one side (or a trace without per-rank patterns): a join
+        both = _by_join(trace, pats, ev, dtype, ins, outs)
+    del ev
     full = pats.select("code", "dtype", "in_shapes", "out_shapes", "frame", "module", "tag")
     both = both.join(full, on="code", how="left", maintain_order="left").join(
         full.rename(lambda c: c + "_r"), on="code_r", how="left", maintain_order="left"
@@ -123,6 +104,97 @@ def _findings(trace: Trace) -> list[Finding]:
                 )
             )
     return out
+
+
+def _by_instance(trace: Trace, pats, ev, dtype, ins, outs) -> pl.DataFrame | None:
+    """The unmatched or disagreeing pairs, matched without a join: each (group, src, dst) channel
+    is keyed once per pattern code (a code belongs to one rank), its seqs numbered densely after
+    the channels before it, so each side's rows land in one array slot per instance. None where
+    that does not hold: a key issued twice on one side, a negative seq, a code of two ranks."""
+    code, rank, seq = (ev[c].to_numpy() for c in ("code", "rank", "seq"))
+    n_codes = trace.patterns.height
+    code_rank = trace.patterns["rank"].to_numpy()
+    if not len(code) or seq.min() < 0 or not (code_rank[code] == rank).all():
+        return None
+    per = trace.patterns.select("code").join(
+        pats.select("code", "is_send", "peer", "group"), on="code", how="left", maintain_order="left"
+    )
+    send_c = per["is_send"].fill_null(False).to_numpy()
+    peer_c, group_c = (per[c].fill_null(-1).to_numpy().astype(np.int64) for c in ("peer", "group"))
+    used = np.zeros(n_codes, dtype=bool)
+    used[code] = True
+    used &= send_c | (peer_c >= 0)  # a recv from any source has no key: not matched, as before
+    u = np.flatnonzero(used)
+    src = np.where(send_c[u], code_rank[u], peer_c[u])
+    dst = np.where(send_c[u], peer_c[u], code_rank[u])
+    keys = pl.DataFrame({"g": group_c[u], "src": src, "dst": dst})
+    dense = keys.select(pl.struct("g", "src", "dst").rank("dense").cast(pl.Int64) - 1).to_series().to_numpy()
+    chan_of = np.full(n_codes, -1, dtype=np.int64)
+    chan_of[u] = dense
+    row_chan = chan_of[code]
+    rows = np.flatnonzero(row_chan >= 0)
+    n_chan = int(dense.max()) + 1 if len(dense) else 0
+    span = np.zeros(n_chan, dtype=np.int64)
+    np.maximum.at(span, row_chan[rows], seq[rows].astype(np.int64) + 1)
+    offset = np.r_[0, np.cumsum(span)[:-1]]
+    inst = offset[row_chan[rows]] + seq[rows]
+    is_send = send_c[code[rows]]
+    n_inst = int(span.sum())
+    at = []
+    for side in (is_send, ~is_send):
+        i, r = inst[side], rows[side]
+        if (np.bincount(i, minlength=n_inst) > 1).any():
+            return None
+        slot = np.full(n_inst, -1, dtype=np.int64)
+        slot[i] = r
+        at.append(slot)
+    s_at, r_at = at
+    both_sides = (s_at >= 0) & (r_at >= 0)
+    cs, cr = code[np.maximum(s_at, 0)], code[np.maximum(r_at, 0)]
+    keep = ((s_at >= 0) ^ (r_at >= 0)) | (both_sides & ((dtype[cs] != dtype[cr]) | (ins[cs] != outs[cr])))
+    k = np.flatnonzero(keep)  # in channel order, then seq: deterministic
+    s_row, r_row = s_at[k], r_at[k]
+    one = np.where(s_row >= 0, s_row, r_row)
+    c1 = code[one]
+    src = np.where(send_c[c1], code_rank[c1], peer_c[c1])
+    dst = np.where(send_c[c1], peer_c[c1], code_rank[c1])
+    idx = ev["idx"].to_numpy()
+
+    def side(values, at):
+        return pl.Series(values[np.maximum(at, 0)]).scatter(np.flatnonzero(at < 0), None)
+
+    return pl.DataFrame(
+        {
+            "group": group_c[c1].astype(np.int32),
+            "seq": seq[one],
+            "src": src.astype(np.int32),
+            "dst": dst.astype(np.int32),
+            "idx": side(idx, s_row),
+            "code": side(code, s_row),
+            "idx_r": side(idx, r_row),
+            "code_r": side(code, r_row),
+        }
+    )
+
+
+def _by_join(trace: Trace, pats, ev, dtype, ins, outs) -> pl.DataFrame:
+    """The unmatched or disagreeing pairs by a full join on (group, src, dst, seq)."""
+    ev = trace.with_patterns(ev, "is_send", "peer", "group", table=pats)
+    lean = ["group", "seq", "idx", "code"]
+    sends = ev.filter(pl.col("is_send")).select(*lean, src="rank", dst="peer")
+    recvs = ev.filter(~pl.col("is_send") & (pl.col("peer") >= 0)).select(*lean, src="peer", dst="rank")
+    both = sends.join(recvs, on=["group", "src", "dst", "seq"], how="full", suffix="_r", coalesce=True)
+    del sends, recvs
+    # atoms are interned, so equal shapes = equal ids; compared through per-pattern arrays by code
+    n = trace.patterns.height
+    code, code_r = (both[c].fill_null(n).to_numpy() for c in ("code", "code_r"))
+    keep = (
+        both["idx"].is_null().to_numpy()
+        | both["idx_r"].is_null().to_numpy()
+        | (dtype[code] != dtype[code_r])
+        | (ins[code] != outs[code_r])
+    )
+    return both.filter(pl.Series(keep))
 
 
 def _where(row: dict, side: str) -> str:

@@ -133,56 +133,83 @@ class _Streams:
         rows = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(total)
         k = self.kind[rows]
         coll = rows[k == COLLECTIVE]
-        np.add.at(entered, self.inst[coll], 1)
+        np.add.at(entered, self.inst[coll], np.int32(1))  # a numpy scalar: ufunc.at's fast path
         for side, bit in ((SEND, 1), (RECV, 2)):
             p = self.inst[rows[k == side]]
             entered[p] |= bit  # idempotent: a repeated key is posted once, as in the replay
 
 
 def _instances(kind, group, seq, rank, peer_of_code, code, trace: Trace, present: set) -> tuple[np.ndarray, np.ndarray]:
-    """A dense id per op: (group, seq) for collectives, (group, src, dst, seq) for p2p (per group
-    and per channel offsets: no sort of the events), and what each instance needs to complete."""
+    """A dense id per op: (group, seq) for collectives, (group, src, dst, seq) for p2p -- a
+    channel per group / per (group, src, dst), numbered sequentially, then the seq within it (no
+    sort of the events) -- and what each instance needs to complete."""
     inst = np.full(len(kind), -1, dtype=np.int32)
-    members = group_members(trace)
-    need = []
-    n = 0
-    coll = np.flatnonzero(kind == COLLECTIVE)
-    if len(coll):
-        g, s = group[coll], np.maximum(seq[coll], 0)
-        top = pl.DataFrame({"g": g, "s": s}).group_by("g").agg(pl.col("s").max()).sort("g")
-        gid, span = top["g"].to_numpy(), top["s"].to_numpy().astype(np.int64) + 1
-        offset = np.zeros(int(gid.max()) + 2, dtype=np.int64)
-        offset[gid] = np.r_[0, np.cumsum(span)[:-1]]
-        inst[coll] = (offset[g] + s).astype(np.int32)
-        del g, s
-        size = [len([m for m in members.get(int(x), []) if m in present]) for x in gid]
-        need.append(np.repeat(np.asarray(size, dtype=np.int32), span))
-        n = int(span.sum())
-    p2p = np.flatnonzero((kind == SEND) | (kind == RECV))
-    if len(p2p):
-        w = int(max(trace.world_size, max(present, default=0) + 1)) + 1
-        r, peer = rank[p2p].astype(np.int64), peer_of_code[code[p2p]].astype(np.int64)
-        send = kind[p2p] == SEND
-        src, dst = (np.where(send, r, peer) + 1, np.where(send, peer, r) + 1)  # -1 (any source) -> 0
-        chan = (group[p2p].astype(np.int64) + 1) * (w * w) + src * w + dst
-        del r, peer, src, dst
-        s = np.maximum(seq[p2p], 0)
-        top = pl.DataFrame({"c": chan, "s": s}).group_by("c").agg(pl.col("s").max()).sort("c")
-        cid, span = top["c"].to_numpy(), top["s"].to_numpy().astype(np.int64) + 1
-        offset = n + np.r_[0, np.cumsum(span)[:-1]]
-        inst[p2p] = (offset[np.searchsorted(cid, chan)] + s).astype(np.int32)
-        need.append(np.full(int(span.sum()), 2, dtype=np.int32))
-    return inst, (np.concatenate(need) if need else np.zeros(0, dtype=np.int32))
+    ops = np.flatnonzero(kind != WAIT) if len(kind) else np.zeros(0, dtype=np.int64)
+    ops = ops[kind[ops] >= 0]
+    if not len(ops):
+        return inst, np.zeros(0, dtype=np.int32)
+    chan, chan_group, chan_coll = _channels(kind, group, rank, peer_of_code, code, ops, trace)
+    s = np.maximum(seq[ops], 0).astype(np.int64)
+    span = np.zeros(len(chan_group), dtype=np.int64)
+    np.maximum.at(span, chan, s + 1)
+    offset = np.r_[0, np.cumsum(span)[:-1]]
+    inst[ops] = (offset[chan] + s).astype(np.int32)
+    size = {g: len([m for m in ms if m in present]) for g, ms in group_members(trace).items()}
+    need = np.array([size.get(int(g), 0) for g in chan_group], dtype=np.int32)
+    need = np.where(chan_coll, need, 2).astype(np.int32)
+    return inst, np.repeat(need, span)
+
+
+def _channels(kind, group, rank, peer_of_code, code, ops, trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each op's channel, dense: its group for a collective, (group, src, dst) for a send / recv
+    (-1, any source, kept as such); with each channel's group and whether it is a collective.
+    Keyed per pattern code where every code belongs to one rank (a loaded trace: per-rank pattern
+    tables), so the key is built over the patterns, not the events; else per event."""
+    code_rank = trace.patterns["rank"].to_numpy()
+    per_code = len(code_rank) == len(peer_of_code) and bool((code_rank[code[ops]] == rank[ops]).all())
+    if per_code:
+        n = len(peer_of_code)
+        k = np.full(n, -1, dtype=np.int8)
+        g = np.full(n, -1, dtype=np.int32)
+        k[code[ops]] = kind[ops]
+        g[code[ops]] = group[ops]
+        used = np.flatnonzero(k >= 0)  # the codes of ops (their kind and group are the pattern's)
+        k, g = k[used], g[used]
+        r, peer = code_rank[used].astype(np.int64), peer_of_code[used].astype(np.int64)
+    else:
+        k, g, r, peer = kind[ops], group[ops], rank[ops].astype(np.int64), peer_of_code[code[ops]].astype(np.int64)
+    coll = k == COLLECTIVE
+    src = np.where(coll, -2, np.where(k == SEND, r, peer))
+    dst = np.where(coll, -2, np.where(k == SEND, peer, r))
+    keys = pl.DataFrame({"g": g, "src": src, "dst": dst})
+    dense = keys.select(pl.struct("g", "src", "dst").rank("dense").cast(pl.Int64) - 1).to_series().to_numpy()
+    n_chan = int(dense.max()) + 1 if len(dense) else 0
+    chan_group = np.zeros(n_chan, dtype=np.int32)
+    chan_coll = np.zeros(n_chan, dtype=bool)
+    chan_group[dense] = g
+    chan_coll[dense] = coll
+    if not per_code:
+        return dense, chan_group, chan_coll
+    of_code = np.full(len(peer_of_code), -1, dtype=np.int64)
+    of_code[used] = dense
+    return of_code[code[ops]], chan_group, chan_coll
 
 
 def _rows(trace: Trace, ranks: np.ndarray, idx: np.ndarray) -> pl.DataFrame:
-    """The events (rank, idx) with the replay's columns, in the order given: a semi join on the
-    lean stream, then the pattern columns for those rows only."""
+    """The events (rank, idx) with the replay's columns, in the order given: a gather of those
+    rows of the stream (stored by rank, idx dense from 0 in each rank; checked, else a semi
+    join), then the pattern columns for those rows only."""
     want = pl.DataFrame({"rank": ranks.astype(np.int32), "idx": idx.astype(np.int32)})
-    got = trace.stream.select("rank", "idx", "code", "seq", "step").join(want, on=["rank", "idx"], how="semi")
+    stream = trace.stream.select("rank", "idx", "code", "seq", "step")
+    rank_col = stream["rank"].to_numpy()
+    at = np.searchsorted(rank_col, ranks).astype(np.int64) + idx
+    at = np.minimum(at, max(stream.height - 1, 0))
+    got = stream[pl.Series(at)] if stream.height else stream
+    if not (got["rank"].to_numpy() == ranks).all() or not (got["idx"].to_numpy() == idx).all():
+        got = stream.join(want, on=["rank", "idx"], how="semi")
+        got = want.join(got, on=["rank", "idx"], how="left", maintain_order="left")
     cols = [c for c in _STREAM_COLUMNS if c not in got.columns]
-    got = trace.with_patterns(got, *cols).with_columns(op=pl.col("op").cast(pl.String)).select(_STREAM_COLUMNS)
-    return want.join(got, on=["rank", "idx"], how="left", maintain_order="left")
+    return trace.with_patterns(got, *cols).with_columns(op=pl.col("op").cast(pl.String)).select(_STREAM_COLUMNS)
 
 
 def _blocked(trace: Trace, s: _Streams, cur: np.ndarray, stuck: np.ndarray, present: set) -> dict[int, Blocked]:
@@ -192,8 +219,9 @@ def _blocked(trace: Trace, s: _Streams, cur: np.ndarray, stuck: np.ndarray, pres
     rows = _rows(trace, stuck, idx[at]).with_columns(tidx=pl.Series(idx[target].astype(np.int32)))
     op_of = {(r["rank"], r["idx"]): r for r in _rows(trace, stuck, idx[target]).to_dicts()}
     # who entered the collectives ranks are stuck in, and whether every party issues each key
-    insts = np.unique(s.inst[target])
-    hit = np.flatnonzero(np.isin(s.inst, insts))
+    mark = np.zeros(len(s.need) + 1, dtype=bool)  # a mask gathered by instance: no isin over every event
+    mark[s.inst[target]] = True
+    hit = np.flatnonzero(mark[s.inst])  # inst -1 (not an op) reads the spare last entry
     hit = hit[s.kind[hit] != WAIT]
     posted = hit <= cur[s.rank[hit]]
     arrived: dict[int, set] = {}
