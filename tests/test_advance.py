@@ -3,14 +3,17 @@
 or not -- on pipeline traces (where the ordering certificate fails) healthy and with seeded bugs,
 and on the p2p / deadlock programs; `check` and `hang` use it on any size (no cap)."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
+import polars as pl
 import pytest
 
-from analyzer.checks import ordering
+from analyzer.checks import ordering, p2p
 from analyzer.checks.options import CheckOptions
 from analyzer.loader import load
 from analyzer.waitfor.advance import advance
@@ -122,3 +125,59 @@ def test_check_finds_each_seeded_pipeline_fault_and_nothing_else(tmp_path):
         ("missing_collective", [2], [0, 2, 4]),
         ("unmatched_p2p", [13], [13, 19]),
     ]
+
+
+def _pipeline(tmp_path, schedule, **fault):
+    path = str(tmp_path / "pp.trace")
+    generate(path, pp=4, dp=3, tp=2, events=600, schedule=schedule, microbatches=8, verbose=False, **fault)
+    return load(path)
+
+
+ALL_FAULTS = {"swap": SWAP, "skip_send": SKIP, "extra": EXTRA}
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved"])
+def test_channels_keyed_per_event_where_codes_are_not_per_rank(tmp_path, schedule):
+    """advance keys channels per pattern code when every code belongs to one rank; a trace whose
+    pattern table does not say so (rank -1 on every pattern) takes the per-event keys: same answer."""
+    t = _pipeline(tmp_path, schedule, **ALL_FAULTS)
+    odd = dataclasses.replace(t, patterns=t.patterns.with_columns(rank=pl.lit(-1, pl.Int32)))
+    for eager in (0, BIG):
+        assert _blocked(advance(odd, eager)) == _blocked(simulate(t, eager))
+
+
+def _p2p_inputs(t):
+    pats = (
+        t.patterns.with_columns(op=pl.col("op").cast(pl.String))
+        .filter(pl.col("op").is_in(["send", "recv"]))
+        .with_columns(is_send=pl.col("op") == "send")
+    )
+    ev = t.with_codes(t.stream.select("rank", "idx", "code", "seq"), pats)
+    table = t.patterns.select(pl.col("dtype").to_physical().cast(pl.Int64), "in_shapes", "out_shapes")
+    arrays = [np.r_[table[c].fill_null(-3).to_numpy(), -2] for c in ("dtype", "in_shapes", "out_shapes")]
+    return pats, ev, arrays
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved"])
+@pytest.mark.parametrize("fault", [{}, {"skip_send": SKIP}, ALL_FAULTS])
+def test_p2p_pairs_by_instance_slot_equal_the_full_join(tmp_path, schedule, fault):
+    """The p2p check matches sends and recvs by array slot per instance; the full join on (group,
+    src, dst, seq) it replaced leaves the same unmatched pairs (rank 13's recv from 19 when 19 skips
+    its last send), in (group, src, dst, seq) order."""
+    t = _pipeline(tmp_path, schedule, **fault)
+    pats, ev, arrays = _p2p_inputs(t)
+    fast = p2p._by_instance(t, pats, ev, *arrays)
+    slow = p2p._by_join(t, pats, ev, *arrays)
+    cols = ["group", "src", "dst", "seq", "idx", "code", "idx_r", "code_r"]
+    rows = [r for r in fast.select(cols).rows()]
+    assert rows == sorted(slow.select(cols).rows(), key=lambda r: r[:4])
+    assert [(r[1], r[2], r[4] is None) for r in rows] == ([(19, 13, True)] if fault else [])
+
+
+def test_p2p_key_used_twice_on_one_side_falls_back_to_the_join(tmp_path):
+    """A (group, src, dst, seq) sent twice has no single slot: the check takes the join."""
+    t = _pipeline(tmp_path, "1f1b")
+    pats, ev, arrays = _p2p_inputs(t)
+    twice = pl.concat([ev, ev.filter(pl.col("code").is_in(pats.filter(pl.col("is_send"))["code"].implode())).head(1)])
+    assert p2p._by_instance(t, pats, twice, *arrays) is None
+    assert p2p._by_join(t, pats, twice, *arrays).height == 0

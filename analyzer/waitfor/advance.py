@@ -69,16 +69,18 @@ class _Streams:
             maintain_order="left",
         )
         code = rows["code"].to_numpy()
-        self.kind = kind = table["kind"].fill_null(-1).to_numpy().astype(np.int8)[code]
+        per_code = {
+            "kind": table["kind"].fill_null(-1).to_numpy().astype(np.int8),
+            "group": table["group"].fill_null(-1).to_numpy().astype(np.int32),
+            "peer": table["peer"].fill_null(-1).to_numpy().astype(np.int32),
+        }
+        self.kind = kind = per_code["kind"][code]
         self.rank = rank = rows["rank"].to_numpy()
         self.idx = rows["idx"].to_numpy().astype(np.int32)
         n_ranks = (int(rank.max()) + 1) if len(rank) else 0
         bounds = np.searchsorted(rank, np.arange(n_ranks + 1))
         self.start, self.end = bounds[:-1], bounds[1:]
-        group = table["group"].fill_null(-1).to_numpy().astype(np.int32)[code]
-        peer = table["peer"].fill_null(-1).to_numpy().astype(np.int32)
-        self.inst, self.need = _instances(kind, group, rows["seq"].to_numpy(), rank, peer, code, trace, present)
-        del group
+        self.inst, self.need = _instances(kind, rows["seq"].to_numpy(), rank, code, per_code, trace, present)
         # a wait blocks on its target op's instance; an op blocks on its own unless async or eager
         target = np.full(len(kind), -1, dtype=np.int32)
         is_wait = kind == WAIT
@@ -97,58 +99,80 @@ class _Streams:
         self.bps = np.flatnonzero(target >= 0)
 
     def run(self) -> np.ndarray:
-        kind, inst, need, bps = self.kind, self.inst, self.need, self.bps
-        entered = np.zeros(len(need), dtype=np.int32)  # collectives: members in; p2p: bit 1 send, bit 2 recv
+        kind, bps, end = self.kind, self.bps, self.end
+        entered = np.zeros(len(self.need), dtype=np.int32)  # collectives: members in; p2p: bit 1 send, bit 2 recv
+        # per blocking point, what a round reads (one gather each, no trip through the rows): its
+        # instance, the bit it waits for (send: the recv's, 2; recv: 1; collective: 0, by count),
+        # what the count must reach, and the rows it posts once passed (up to the next one)
+        t = self.target[bps]
+        b_inst = self.inst[t]
+        b_bit = np.where(kind[t] == SEND, 2, np.where(kind[t] == RECV, 1, 0)).astype(np.int32)
+        b_need = np.where(b_bit == 0, self.need[b_inst], 0).astype(np.int32)
+        del t
         # k[r]: rank r's current blocking point, as an index into bps (a rank's are consecutive)
         k = np.searchsorted(bps, self.start)
-        last = np.searchsorted(bps, self.end)  # one past the rank's blocking points
-        bps = np.r_[bps, len(kind)]
-        cur = np.where(k < last, bps[k], self.end)
-        self._post(self.start, np.minimum(cur, self.end - 1), entered)
-        # a blocking point is passed when its target's instance is complete: collectives by count,
-        # a send when its recv is posted (bit 2), a recv when its send is (bit 1)
+        last = np.searchsorted(bps, end)  # one past the rank's blocking points
+        post_hi = np.empty_like(bps)
+        post_hi[:-1] = bps[1:]
+        tail = np.zeros(len(bps), dtype=bool)  # a rank's last blocking point: posts to its end
+        tail[last[last > k] - 1] = True
+        post_hi[tail] = end[self.rank[bps[tail]]] - 1
+        del tail
+        self._post(self.start, np.minimum(self._at(k, last), end - 1), entered)
+        # a blocking point is passed when its instance is complete: collectives by count, a send
+        # when its recv is posted (bit 2), a recv when its send is (bit 1)
         alive = np.flatnonzero(k < last)
         while len(alive):
-            t = self.target[cur[alive]]
-            tk = kind[t]
-            i, w = inst[t], np.where(tk == SEND, 2, np.where(tk == RECV, 1, 0))
-            got = entered[i]
-            ok = np.where(w == 0, got >= need[i], (got & w) != 0)
+            j = k[alive]
+            got = entered[b_inst[j]]
+            w = b_bit[j]
+            ok = np.where(w == 0, got >= b_need[j], (got & w) != 0)
             if not ok.any():
                 break
-            adv = alive[ok]
-            k[adv] += 1
-            new = np.where(k[adv] < last[adv], bps[k[adv]], self.end[adv])
-            self._post(cur[adv] + 1, np.minimum(new, self.end[adv] - 1), entered)
-            cur[adv] = new
-            alive = alive[k[alive] < last[alive]]
-        return cur
+            j = j[ok]
+            k[alive[ok]] += 1
+            self._post(bps[j] + 1, post_hi[j], entered)
+            done = j + 1 >= last[alive[ok]]
+            if done.any():
+                alive = alive[k[alive] < last[alive]]
+        return self._at(k, last)
+
+    def _at(self, k: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """Each rank's row: its blocking point k, or its end when past its last one."""
+        if not len(self.bps):
+            return self.end.copy()
+        return np.where(k < last, self.bps[np.minimum(k, len(self.bps) - 1)], self.end)
 
     def _post(self, lo: np.ndarray, hi: np.ndarray, entered: np.ndarray) -> None:
         """Every op in rows lo..hi (inclusive, per rank) enters its instance."""
         n = np.maximum(hi - lo + 1, 0)
-        total = int(n.sum())
-        if not total:
-            return
-        rows = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(total)
+        if (n == 1).all():  # the usual round: each rank posts just its next blocking op
+            rows = lo
+        else:
+            total = int(n.sum())
+            if not total:
+                return
+            rows = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(total)
         k = self.kind[rows]
-        coll = rows[k == COLLECTIVE]
-        np.add.at(entered, self.inst[coll], np.int32(1))  # a numpy scalar: ufunc.at's fast path
-        for side, bit in ((SEND, 1), (RECV, 2)):
-            p = self.inst[rows[k == side]]
-            entered[p] |= bit  # idempotent: a repeated key is posted once, as in the replay
+        i = self.inst[rows]
+        coll = k == COLLECTIVE
+        np.add.at(entered, i[coll], np.int32(1))  # a numpy scalar: ufunc.at's fast path
+        p2p = (k == SEND) | (k == RECV)
+        # or-ed at: a send and its recv posted in one round set both bits (a repeated key once)
+        np.bitwise_or.at(entered, i[p2p], np.where(k[p2p] == SEND, 1, 2).astype(np.int32))
 
 
-def _instances(kind, group, seq, rank, peer_of_code, code, trace: Trace, present: set) -> tuple[np.ndarray, np.ndarray]:
+def _instances(kind, seq, rank, code, per_code: dict, trace: Trace, present: set) -> tuple[np.ndarray, np.ndarray]:
     """A dense id per op: (group, seq) for collectives, (group, src, dst, seq) for p2p -- a
     channel per group / per (group, src, dst), numbered sequentially, then the seq within it (no
     sort of the events) -- and what each instance needs to complete."""
     inst = np.full(len(kind), -1, dtype=np.int32)
-    ops = np.flatnonzero(kind != WAIT) if len(kind) else np.zeros(0, dtype=np.int64)
-    ops = ops[kind[ops] >= 0]
-    if not len(ops):
+    is_op = kind != WAIT
+    ops = slice(None) if is_op.all() else np.flatnonzero(is_op)  # a pipeline of blocking p2p: no waits
+    del is_op
+    if not len(kind[ops]):
         return inst, np.zeros(0, dtype=np.int32)
-    chan, chan_group, chan_coll = _channels(kind, group, rank, peer_of_code, code, ops, trace)
+    chan, chan_group, chan_coll = _channels(kind[ops], rank[ops], code[ops], per_code, trace)
     s = np.maximum(seq[ops], 0).astype(np.int64)
     span = np.zeros(len(chan_group), dtype=np.int64)
     np.maximum.at(span, chan, s + 1)
@@ -160,24 +184,20 @@ def _instances(kind, group, seq, rank, peer_of_code, code, trace: Trace, present
     return inst, np.repeat(need, span)
 
 
-def _channels(kind, group, rank, peer_of_code, code, ops, trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _channels(kind, rank, code, per_code: dict, trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each op's channel, dense: its group for a collective, (group, src, dst) for a send / recv
     (-1, any source, kept as such); with each channel's group and whether it is a collective.
     Keyed per pattern code where every code belongs to one rank (a loaded trace: per-rank pattern
-    tables), so the key is built over the patterns, not the events; else per event."""
+    tables), so the key is built over the patterns, not the events; else per event. `per_code`:
+    kind, group, peer per pattern code (-1 where not an op)."""
     code_rank = trace.patterns["rank"].to_numpy()
-    per_code = len(code_rank) == len(peer_of_code) and bool((code_rank[code[ops]] == rank[ops]).all())
-    if per_code:
-        n = len(peer_of_code)
-        k = np.full(n, -1, dtype=np.int8)
-        g = np.full(n, -1, dtype=np.int32)
-        k[code[ops]] = kind[ops]
-        g[code[ops]] = group[ops]
-        used = np.flatnonzero(k >= 0)  # the codes of ops (their kind and group are the pattern's)
-        k, g = k[used], g[used]
-        r, peer = code_rank[used].astype(np.int64), peer_of_code[used].astype(np.int64)
+    by_code = len(code_rank) == len(per_code["kind"]) and bool((code_rank[code] == rank).all())
+    if by_code:
+        used = np.flatnonzero((per_code["kind"] >= 0) & (per_code["kind"] != WAIT))  # the codes of ops
+        k, g = per_code["kind"][used], per_code["group"][used]
+        r, peer = code_rank[used].astype(np.int64), per_code["peer"][used].astype(np.int64)
     else:
-        k, g, r, peer = kind[ops], group[ops], rank[ops].astype(np.int64), peer_of_code[code[ops]].astype(np.int64)
+        k, g, r, peer = kind, per_code["group"][code], rank.astype(np.int64), per_code["peer"][code].astype(np.int64)
     coll = k == COLLECTIVE
     src = np.where(coll, -2, np.where(k == SEND, r, peer))
     dst = np.where(coll, -2, np.where(k == SEND, peer, r))
@@ -188,11 +208,11 @@ def _channels(kind, group, rank, peer_of_code, code, ops, trace: Trace) -> tuple
     chan_coll = np.zeros(n_chan, dtype=bool)
     chan_group[dense] = g
     chan_coll[dense] = coll
-    if not per_code:
+    if not by_code:
         return dense, chan_group, chan_coll
-    of_code = np.full(len(peer_of_code), -1, dtype=np.int64)
+    of_code = np.full(len(per_code["kind"]), -1, dtype=np.int64)
     of_code[used] = dense
-    return of_code[code[ops]], chan_group, chan_coll
+    return of_code[code], chan_group, chan_coll
 
 
 def _rows(trace: Trace, ranks: np.ndarray, idx: np.ndarray) -> pl.DataFrame:
