@@ -141,8 +141,8 @@ def _by_instance(trace: Trace, pats, ev, dtype, ins, outs) -> pl.DataFrame | Non
     is_send = send_c[code[rows]]
     n_inst = int(span.sum())
     at = []
-    for side in (is_send, ~is_send):
-        i, r = inst[side], rows[side]
+    for mask in (is_send, ~is_send):
+        i, r = inst[mask], rows[mask]
         if (np.bincount(i, minlength=n_inst) > 1).any():
             return None
         slot = np.full(n_inst, -1, dtype=np.int64)

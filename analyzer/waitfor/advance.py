@@ -69,7 +69,7 @@ class _Streams:
             maintain_order="left",
         )
         code = rows["code"].to_numpy()
-        per_code = {
+        per_code: dict[str, np.ndarray] = {
             "kind": table["kind"].fill_null(-1).to_numpy().astype(np.int8),
             "group": table["group"].fill_null(-1).to_numpy().astype(np.int32),
             "peer": table["peer"].fill_null(-1).to_numpy().astype(np.int32),
