@@ -15,6 +15,7 @@ per-rank integers (a value per simulated rank): tensor math on them is per rank,
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import os
 import sys
@@ -188,13 +189,43 @@ _TREES: dict = {}
 _OS_FILE = os.__file__
 
 
+_TRUSTED = [0]
+"""Depth of `framework_reads()` blocks being run."""
+
+
+@contextlib.contextmanager
+def framework_reads():
+    """Rank reads inside are a framework's own set-up, answered plainly like torch's: an adapter
+    wraps a framework function it knows uses the rank only in ways that hold for every rank
+    (TorchTitan's init_distributed checks $RANK against the world size and hands it to
+    init_process_group), so the program's later branches on its rank are still refused."""
+    _TRUSTED[0] += 1
+    try:
+        yield
+    finally:
+        _TRUSTED[0] -= 1
+
+
+_FRAMEWORK_CODE: set = set()
+"""Code objects whose own rank reads are a framework's (see `framework_code`)."""
+
+
+def framework_code(*functions) -> None:
+    """Rank reads made directly in these functions' bodies answer plainly, like torch's: an
+    adapter names framework functions whose rank branches only observe (a log line or a sleep on
+    rank 0 after training); reads in what they call are still the program's."""
+    _FRAMEWORK_CODE.update(getattr(fn, "__code__", fn) for fn in functions)
+
+
 def _user_caller(rec, depth: int) -> int:
     """How many frames up the program's own code asked (skipping os.getenv); 0: torch asked."""
+    if _TRUSTED[0]:
+        return 0
     f: FrameType | None = sys._getframe(depth + 1)
     up = depth
     while f is not None and f.f_code.co_filename == _OS_FILE:
         f, up = f.f_back, up + 1
-    if f is None:
+    if f is None or f.f_code in _FRAMEWORK_CODE:
         return 0
     known = _USER.get(f.f_code)
     if known is None:

@@ -6,6 +6,10 @@
 - under `--compute fake`, the scalars TorchTitan only observes (logged loss, grad norm, the
   broadcast seed) read as 0, and weight init draws nothing, instead of forcing real compute
   (fake_values.py);
+- pipeline schedules: `step` called with microbatch lists (TorchTitan 0.3's convention,
+  newer than torch 2.13's whole-batch `step`; pipeline_step.py);
+- `--comm.mode local_tensor` inside commtrace's local mode: TorchTitan uses the LocalTensorMode
+  already open instead of nesting a second one (local_tensor.py);
 - `torch.distributed.set_timeout` (newer than torch 2.13; TorchTitan 0.3 calls it after the
   first step): a no-op where torch lacks it, since a dry run never waits on a timeout;
 """
@@ -27,11 +31,13 @@ def prepare_rank() -> None:
     prepare()
     import torch.distributed as dist
 
-    from tracer.adapters.torchtitan import attention, fake_values
+    from tracer.adapters.torchtitan import attention, fake_values, local_tensor, pipeline_step
 
     if not hasattr(dist, "set_timeout"):
         dist.set_timeout = _set_timeout
     attention.install()
+    pipeline_step.install()
+    local_tensor.install()
     fake_values.install()
 
 
