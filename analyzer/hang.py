@@ -19,7 +19,8 @@ import polars as pl
 
 from analyzer.checks import fr_numbers, rank_status
 from analyzer.checks.common import group_table
-from analyzer.checks.ordering import cycle_findings
+from analyzer.checks.ordering import DEADLOCK_CYCLE, cycle_findings
+from analyzer.checks.p2p import unmatched_causes
 from analyzer.findings import Finding, group_text, kind, ranks_text
 from analyzer.trace import Trace
 from analyzer.waitfor.advance import advance
@@ -66,12 +67,25 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
         stuck = settled if settled is not None else advance(trace, eager_bytes)
     graph = wait_graph(stuck)
     groups = group_table(trace)
-    found = cycle_findings(trace, stuck, only_matched=False)
-    on_cycle = {r for f in found for r in f.ranks}
+    # a send / recv nobody matches explains the waits it causes (p2p_cause.py: the same verdict as check)
+    by_key = {k: f for f, keys in unmatched_causes(trace) for k in keys} if stuck and has_p2p(trace) else {}
+    caused: dict[int, tuple[Finding, list[int]]] = {}  # id(finding) -> (finding, the ranks waited on)
+    found: list[Finding] = []
+    for cycle in cycle_findings(trace, stuck, only_matched=False):
+        # a cycle through an op some party never issues is no ordering deadlock: that op is the cause
+        causes = [by_key[stuck[r].key] for r in cycle.extra["cycle"] if stuck[r].key in by_key]
+        if not causes:
+            found.append(cycle)
+        for by_op in causes:
+            if id(by_op) not in caused:
+                found.append(by_op)
+            caused.setdefault(id(by_op), (by_op, []))[1].extend(cycle.extra["cycle"])
+    on_cycle = {r for f in found if f.kind == DEADLOCK_CYCLE for r in f.ranks}
     mismatched = None if stopped else _mismatched(trace)
-    caused: dict[int, tuple[Finding, list[int]]] = {}  # id(finding) -> (finding, the sinks it explains)
     for sink in sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck):
-        cause = _collective_cause(sink, stuck, graph, groups, mismatched) if mismatched else None
+        cause = _p2p_cause(sink, stuck, graph, by_key)
+        if cause is None and mismatched:
+            cause = _collective_cause(sink, stuck, graph, groups, mismatched)
         if cause is None:
             found.append(_stalled(trace, sink, stuck, graph, groups, expected))
             continue
@@ -79,12 +93,14 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
             found.append(cause)
         caused.setdefault(id(cause), (cause, []))[1].append(sink)
     for cause, sinks in caused.values():
-        waiting = sorted(set().union(*(nx.ancestors(graph, s) for s in sinks)))
+        if "waiting_ranks" in cause.extra:  # a post-mortem's p2p finding: check listed them already
+            continue
+        waiting = sorted(set().union(*(nx.ancestors(graph, s) | ({s} & set(stuck)) for s in sinks)))
         cause.extra["waiting_ranks"] = waiting
-        cause.message += (
-            f"; replayed, this leaves rank{'s' if len(waiting) > 1 else ''} {ranks_text(waiting)} "
-            f"blocked waiting for rank{'s' if len(sinks) > 1 else ''} {ranks_text(sinks)}"
-        )
+        sinks = sorted(set(sinks) - set(stuck))
+        cause.message += f"; replayed, this leaves rank{'s' if len(waiting) > 1 else ''} {ranks_text(waiting)} blocked"
+        if sinks:
+            cause.message += f" waiting for rank{'s' if len(sinks) > 1 else ''} {ranks_text(sinks)}"
     # ranks that failed or left nothing are root causes too, unless the hang explains them: a stuck
     # rank's stream ends where it was stuck, a stalled rank's finding says how it ended
     explained = set(stuck) | {r for f in found if f.kind == STALLED_RANK for r in f.culprit_ranks}
@@ -113,6 +129,16 @@ def _mismatched(trace: Trace) -> list[Finding]:
         for f in collectives.check(trace, CheckOptions()).findings
         if f.kind == collectives.MISSING_COLLECTIVE and f.extra.get("detail") in ("extra", "skipped")
     ]
+
+
+def _p2p_cause(sink: int, stuck: dict[int, Blocked], graph: nx.DiGraph, by_key: dict) -> Finding | None:
+    """The unmatched_p2p finding (check's) of an op a direct waiter of `sink` is blocked in, unless
+    it names `sink` itself (a post-mortem partner that never got there: a stalled rank)."""
+    for w in sorted(graph.predecessors(sink)):
+        cause = by_key.get(stuck[w].key)
+        if cause is not None and sink not in cause.culprit_ranks:
+            return cause
+    return None
 
 
 def _collective_cause(
@@ -157,9 +183,12 @@ def _stalled(
     first = min((stuck[w] for w in direct), key=lambda b: (b.key.group, b.key.seq))
     ev = first.event
     frame = ev.get("frame") or "?"
-    what = first.key.text(groups, ev["op"]) if ev["op"] != "wait" else "the op waited on at " + frame
+    if first.key.collective:
+        what = first.key.text(groups, ev["op"]) if ev["op"] != "wait" else "the op waited on at " + frame
+    else:  # the other side of the p2p transfer its peer is blocked in
+        what = first.key.partner().text(groups)
     status = trace.status.get(rank, {})
-    last = _last_comm(trace, rank)
+    last = last_comm(trace, rank)
     tail = f"; its last recorded op was {last}" if last else "; it recorded no collective"
     if status.get("status", "ok") != "ok":
         tail += f" and it ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "")
@@ -206,7 +235,7 @@ def _describe(row: dict) -> str:
     return f"{row['op']} #{row['seq']} on {group} at {where} ({row['phase']}, step {row['step']})"
 
 
-def _last_comm(trace: Trace, rank: int) -> str | None:
+def last_comm(trace: Trace, rank: int) -> str | None:
     rows = _comm_rows(trace, rank)
     return _describe(rows.row(-1, named=True)) if rows.height else None
 

@@ -22,6 +22,7 @@ SEEDED = [
     ("bug_subgroup_skip", 8, "missing_collective", [5], 1),  # skip in a subgroup of a 2-D mesh
     ("bug_p2p_shape", 2, "p2p_mismatch", [0, 1], 0),  # send/recv of other shapes
     ("bug_recv_never_sent", 4, "unmatched_p2p", [3], 0),  # a recv never sent
+    ("bug_p2p_wrong_peer", 4, "unmatched_p2p", [2], 0),  # a send to the wrong peer: one finding, the sender
     ("bug_group_order", 8, "group_mismatch", [5], None),  # subgroups created in another order
 ]
 

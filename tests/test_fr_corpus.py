@@ -13,6 +13,7 @@ from conftest import BIN, HERE
 from analyzer.checks import run_checks
 from analyzer.hang import analyze
 from analyzer.loader import load
+from analyzer.report import ReportInputs, build_report
 
 sys.path.insert(0, os.path.join(HERE, "fr"))
 import corpus  # noqa: E402
@@ -48,10 +49,31 @@ def test_swapped_groups_every_member_issued_every_op(folders):
 
 def test_pipeline_every_stuck_rank_found(folders):
     """Ranks 0-2 are `started` in sends (rank 2's unmatched, ranks 0 and 1's matched by recvs
-    scheduled behind a stuck op): all three are stuck, waiting along the pipeline on rank 3."""
-    report = analyze(load(folders / "nccl_pipeline_started_p2p"))
+    scheduled behind a stuck op): all three are stuck, waiting along the pipeline on rank 3,
+    which never posted its recv. check, hang and report all name rank 3 and the three stuck."""
+    t = load(folders / "nccl_pipeline_started_p2p")
+    report = analyze(t)
     assert {r: b.waits_for for r, b in report.stuck.items()} == {0: [1], 1: [2], 2: [3]}
     assert report.findings[0].extra["waiting_ranks"] == [0, 1, 2]
+    assert "never entered recv #0 2->3" in report.findings[0].message
+    (f,) = run_checks(t).findings
+    assert f.extra["detail"] == "never_posted" and f.extra["waiting_ranks"] == [0, 1, 2] and f.ranks == [0, 1, 2, 3]
+    assert f.message.startswith("rank 3 never posted the recv matching rank 2's send #0 to rank 3")
+    merged = build_report(t, ReportInputs(source="x")).findings
+    assert {r for g in merged for r in g.culprit_ranks} == {3}
+
+
+def test_wrong_peer_blames_the_sender_not_the_idle_destination(folders):
+    """Rank 2 sent to 0 instead of 3: rank 0 is idle (hang blamed it as stalled); one finding,
+    culprit 2, with rank 3 stuck behind it, from check, hang and report alike."""
+    t = load(folders / "nccl_pipeline_wrong_peer")
+    (f,) = run_checks(t).findings
+    assert (f.extra["detail"], f.extra["meant_peer"], f.extra["waiting_ranks"]) == ("wrong_peer", 3, [2, 3])
+    (root,) = analyze(t).findings
+    assert (root.kind, root.culprit_ranks, root.extra["waiting_ranks"]) == ("unmatched_p2p", [2], [2, 3])
+    assert [(g.kind, g.culprit_ranks) for g in build_report(t, ReportInputs(source="x")).findings] == [
+        ("unmatched_p2p", [2])
+    ]
 
 
 def test_gloo_status_never_hides_the_cycle(folders):

@@ -2,7 +2,8 @@
 
 The recorder numbers p2p per (group, src, dst) pair on both sides, so matching is one join on
 (group, src, dst, seq): a send without its receive (or the reverse) is `unmatched_p2p` (culprit:
-the rank whose op has no partner), a pair whose shape or dtype differ is `p2p_mismatch` (two
+p2p_cause.py decides -- the rank that addressed a wrong peer, the issuer in a dry run, the
+partner that never got there in a post-mortem), a pair whose shape or dtype differ is `p2p_mismatch` (two
 parties, no majority: both are culprits). Batched p2p needs nothing special: order inside a
 batch_isend_irecv does not change the per-pair numbering.
 """
@@ -14,23 +15,32 @@ import polars as pl
 
 from analyzer.checks.common import atom_values, group_table, shape_text
 from analyzer.checks.options import Checked, CheckOptions
+from analyzer.checks.p2p_cause import UNMATCHED_P2P, Unmatched, causes  # noqa: F401  (its kind)
 from analyzer.findings import Finding, group_text, kind
 from analyzer.trace import Trace
+from analyzer.waitfor.semantics import WaitKey
 
-UNMATCHED_P2P = kind("unmatched_p2p", "a send without its recv or a recv without its send", blocks=True)
 P2P_MISMATCH = kind("p2p_mismatch", "a matched send and recv that disagree on shape, dtype or tag")
 
 
 def check(trace: Trace, options: CheckOptions) -> Checked:
-    return Checked(findings=_findings(trace))
+    found, lone, groups = _matched(trace)
+    return Checked(findings=[f for f, _ in causes(trace, lone, groups)] + found)
 
 
-def _findings(trace: Trace) -> list[Finding]:
+def unmatched_causes(trace: Trace) -> list[tuple[Finding, set[WaitKey]]]:
+    """check's unmatched_p2p findings, each with the p2p keys (either side) it explains: what
+    `hang` names as the root cause of a rank blocked on one of those keys."""
+    _, lone, groups = _matched(trace)
+    return causes(trace, lone, groups)
+
+
+def _matched(trace: Trace) -> tuple[list[Finding], list[Unmatched], dict]:
+    """(p2p_mismatch findings, the sends / recvs nobody matches, the group table)."""
     pats = trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(["send", "recv"]))
     if pats.is_empty():
-        return []
+        return [], [], {}
     groups = group_table(trace)
-    present = set(trace.ranks)
     # lean rows first (tens of millions in a pipeline at scale): keys, idx and pattern code only
     pats = pats.with_columns(is_send=pl.col("op") == "send")
     ev = trace.with_codes(trace.stream.select("rank", "idx", "code", "seq"), pats)
@@ -49,35 +59,13 @@ def _findings(trace: Trace) -> list[Finding]:
         set(both["in_shapes"].drop_nulls().to_list()) | set(both["out_shapes_r"].drop_nulls().to_list()),
     )
     out: list[Finding] = []
+    lone: list[Unmatched] = []
     for row in both.to_dicts():
         gid, src, dst = row["group"], row["src"], row["dst"]
         group = groups.get(gid)
         if row["idx"] is None or row["idx_r"] is None:
             sender_side = row["idx"] is not None
-            issuer, other = (src, dst) if sender_side else (dst, src)
-            if other not in present:
-                continue  # the partner left no stream: reported as a missing rank, not a bug
-            op = "send" if sender_side else "recv"
-            frame = _where(row, "" if sender_side else "_r")
-            partner = "recv" if sender_side else "send"
-            out.append(
-                Finding(
-                    kind=UNMATCHED_P2P,
-                    ranks=sorted({src, dst}),
-                    culprit_ranks=[issuer],
-                    group=group,
-                    seq=row["seq"],
-                    op=op,
-                    expected=f"a matching {partner} on rank {other}",
-                    actual={issuer: op},
-                    frames={issuer: frame},
-                    message=(
-                        f"rank {issuer}'s {op} #{row['seq']} {'to' if sender_side else 'from'} rank {other} on "
-                        f"{group_text(group)} ({frame}) has no matching {partner}: rank {other} never "
-                        f"{'receives' if sender_side else 'sends'} it"
-                    ),
-                )
-            )
+            lone.append(Unmatched(gid, src, dst, row["seq"], sender_side, _where(row, "" if sender_side else "_r")))
             continue
         sent = (row["dtype"], atoms.get(row["in_shapes"]))
         got = (row["dtype_r"], atoms.get(row["out_shapes_r"]))
@@ -103,7 +91,7 @@ def _findings(trace: Trace) -> list[Finding]:
                     ),
                 )
             )
-    return out
+    return out, lone, groups
 
 
 def _by_instance(trace: Trace, pats, ev, dtype, ins, outs) -> pl.DataFrame | None:

@@ -186,13 +186,17 @@ def _pipelines() -> dict:
            2: [entry(0, "all_reduce", 1, [[4]], [[4]]), rv(1, 2, 1, 1), s(2, 2, 3, 2, "started"),
                rv(3, 2, 1, 3, "scheduled")],
            3: [entry(0, "all_reduce", 1, [[4]], [[4]])]}
-    out["nccl_pipeline_started_p2p"] = (dumps(per, cfg), [("unmatched_p2p", [2])], [("stalled_rank", [3])])
-    # rank 2 sends its activations to rank 0 instead of rank 3; rank 3 waits in its recv from 2
+    # the cause is rank 3, which is in no op at all: rank 2's send is unmatched only because rank 3
+    # never got to its recv; ranks 0-2 are stuck behind it (check: the recv rank 3 never posted)
+    out["nccl_pipeline_started_p2p"] = (dumps(per, cfg), [("unmatched_p2p", [3])], [("stalled_rank", [3])])
+    # rank 2 sends its activations to rank 0 instead of rank 3 (NCCL: `started`, never completes,
+    # rank 0 posts no recv); rank 3 waits in its recv from 2. Rank 0 is idle, not the cause: one
+    # fix on rank 2 (send to 3) matches both unmatched ops
     per = {0: [entry(0, "all_reduce", 1, [[4]], [[4]]), s(1, 0, 1, 1)],
            1: [entry(0, "all_reduce", 1, [[4]], [[4]]), rv(1, 1, 0, 1), s(2, 1, 2, 2)],
-           2: [entry(0, "all_reduce", 1, [[4]], [[4]]), rv(1, 2, 1, 1), s(2, 2, 0, 2)],
+           2: [entry(0, "all_reduce", 1, [[4]], [[4]]), rv(1, 2, 1, 1), s(2, 2, 0, 2, "started")],
            3: [entry(0, "all_reduce", 1, [[4]], [[4]]), rv(1, 3, 2, 1, "started")]}
-    out["nccl_pipeline_wrong_peer"] = (dumps(per, cfg), [("unmatched_p2p", [2]), ("unmatched_p2p", [3])], None)
+    out["nccl_pipeline_wrong_peer"] = (dumps(per, cfg), [("unmatched_p2p", [2])], [("unmatched_p2p", [2])])
     return out
 
 
