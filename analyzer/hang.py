@@ -68,7 +68,10 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
     graph = wait_graph(stuck)
     groups = group_table(trace)
     # a send / recv nobody matches explains the waits it causes (p2p_cause.py: the same verdict as check)
-    by_key = {k: f for f, keys in unmatched_causes(trace) for k in keys} if stuck and has_p2p(trace) else {}
+    # (only where a rank is blocked in a send / recv that can be unmatched: a dry run's replay knows
+    # which are; the p2p join over a pipeline at scale is not paid for a matched cycle)
+    p2p_blocked = any(not b.key.collective and (stopped or not b.matched) for b in stuck.values())
+    by_key = {k: f for f, keys in unmatched_causes(trace) for k in keys} if p2p_blocked else {}
     caused: dict[int, tuple[Finding, list[int]]] = {}  # id(finding) -> (finding, the ranks waited on)
     found: list[Finding] = []
     for cycle in cycle_findings(trace, stuck, only_matched=False):
