@@ -140,3 +140,23 @@ def test_fr_pickle_with_an_impossible_length_is_refused(tmp_path):
         load(_fr_folder(tmp_path, {1: bad}))
     t = load(_fr_folder(tmp_path, {0: good}))  # beside a good dump: a note, rank 1 is missing
     assert any("rank_1" in n for n in t.notes), t.notes
+
+
+def test_end_record_with_an_error_that_is_not_text_is_refused(tmp_path):
+    """bench/fuzz.py seed 0, case 39080 (at 35ea394): a rank's end record whose error is a list
+    was grouped by as a dict key (TypeError: unhashable)."""
+    import io
+
+    import msgpack
+
+    src = tmp_path / "src.trace"
+    trace_parts.write_data(src, trace_reader.read_trace(os.path.join(REPO, "traces", "fsdp.trace")))
+    out = []
+    for rec in msgpack.Unpacker(io.BytesIO(src.read_bytes()), raw=False, strict_map_key=False):
+        if rec["t"] == "end":
+            rec.update(status="error", error=["not", "text"])
+        out.append(msgpack.packb(rec, use_bin_type=True))
+    bad = tmp_path / "bad.trace"
+    bad.write_bytes(b"".join(out))
+    with pytest.raises(LoadError, match=r"bad.trace: corrupt record at byte \d+ \(end record"):
+        load(bad)

@@ -119,8 +119,10 @@ def read_trace(path: str | os.PathLike) -> TraceData:
                 else:
                     _apply(trace, rec, rows, blocks, layout)  # type: ignore[arg-type]  # set with the header
                 offset = unpacker.tell()
-        except TraceFormatError:
-            raise
+        except TraceFormatError as e:
+            if str(e).startswith(source):
+                raise
+            raise TraceFormatError(f"{source}: corrupt record at byte {offset} ({e})") from None
         except Exception as e:  # msgpack raises several types on corrupt bytes
             if trace is None:
                 raise TraceFormatError(f"{source}: not a commtrace trace ({type(e).__name__})") from None
@@ -168,7 +170,10 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout
             raise TraceFormatError("group id or rank out of range")
         trace.groups[gid] = {"gid": gid, "name": str(rec["name"]), "ranks": ranks, "desc": str(rec["desc"])}
     elif kind == "end":
-        trace.ends[_rank(rec)] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": rec.get("error")}
+        error = rec.get("error")
+        if error is not None and not isinstance(error, str):
+            raise TraceFormatError("end record with an error that is not text")
+        trace.ends[_rank(rec)] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": error}
     elif kind == "footer":
         trace.complete = True
     elif kind == "header":
