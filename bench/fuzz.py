@@ -21,7 +21,6 @@ Parts folders are decoded in-process here (the worker pool of `load` is for big 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import multiprocessing as mp
 import os
@@ -43,6 +42,20 @@ sys.path[:0] = [REPO, os.path.join(REPO, "bench")]
 from fuzz_mutate import dump_bytes, file_bytes  # noqa: E402
 
 KINDS = ("trace", "rows", "parts", "fr_pickle", "fr_json")
+SEED_TRACES = (
+    "fsdp",
+    "fsdp_ep",
+    "fsdp_tp",
+    "fsdp_tp_pp_1f1b",
+    "fsdp_tp_pp_interleaved",
+    "hsdp_tp",
+    "llama3_debug_fsdp_tp",
+    "llama3_debug_hsdp_tp",
+    "torchtitan_llama3_fsdp_tp",
+    "torchtitan_llama3_hsdp_tp",
+)
+"""Goldens the trace seeds come from, by name: a golden added to traces/ later does not renumber
+the cases (case i stays the same input for a given seed while these files are unchanged)."""
 MEMORY_LIMIT = 6 << 30
 """Address space of a worker (bytes)."""
 
@@ -64,7 +77,7 @@ def build_seeds(folder: str) -> dict[str, list]:
     from traceformat import reader as trace_reader
 
     seeds: dict[str, list] = {k: [] for k in KINDS}
-    for path in sorted(glob.glob(os.path.join(REPO, "traces", "*.trace"))):
+    for path in (os.path.join(REPO, "traces", f"{name}.trace") for name in SEED_TRACES):
         seeds["trace"].append(open(path, "rb").read())
         data = trace_reader.read_trace(path)
         rows = os.path.join(folder, "rows.part")
