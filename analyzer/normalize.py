@@ -101,8 +101,10 @@ def _one_dim_meshes(trace: Trace) -> dict[tuple, str]:
     out: dict[tuple[int, ...], str] = {}
     for aid in ids:
         info = trace.atom(aid)
-        if isinstance(info, dict) and len(info.get("dims") or []) == 1 and info.get("ranks"):
-            out.setdefault(tuple(sorted(_flat(info["ranks"]))), str(info["dims"][0]))
+        if isinstance(info, dict) and isinstance(info.get("dims"), list) and len(info["dims"]) == 1:
+            members = _flat(info.get("ranks") or [])
+            if members and all(type(r) is int for r in members):  # a mesh atom is input like any other
+                out.setdefault(tuple(sorted(members)), str(info["dims"][0]))
     return out
 
 

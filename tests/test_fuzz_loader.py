@@ -160,3 +160,39 @@ def test_end_record_with_an_error_that_is_not_text_is_refused(tmp_path):
     bad.write_bytes(b"".join(out))
     with pytest.raises(LoadError, match=r"bad.trace: corrupt record at byte \d+ \(end record"):
         load(bad)
+
+
+def test_header_rank_list_that_is_not_ints_is_refused(tmp_path):
+    """bench/fuzz.py seed 0, case 47637 (at 35ea394): a part whose header `ranks` is a float
+    crashed the parts folder's combine (TypeError: not iterable)."""
+    import io
+
+    import msgpack
+
+    data = trace_reader.read_trace(os.path.join(REPO, "traces", "fsdp.trace"))
+    trace_parts.write_data(tmp_path / "p.part", data, rows=True)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    out = []
+    for rec in msgpack.Unpacker(io.BytesIO((tmp_path / "p.part").read_bytes()), raw=False, strict_map_key=False):
+        if rec["t"] == "header":
+            rec["ranks"] = 0.5
+        out.append(msgpack.packb(rec, use_bin_type=True))
+    (folder / "rank_00000.part").write_bytes(b"".join(out))
+    with pytest.raises(LoadError, match=r"rank_00000.part: corrupt header \(ranks\)"):
+        load(folder)
+
+
+def test_mesh_atom_with_odd_members_is_skipped_by_normalize(tmp_path):
+    """bench/fuzz.py seed 0, case 49371 (at 35ea394): a mesh event's info atom whose `ranks`
+    held a dict was sorted with ints in diff's group normalization."""
+    from analyzer.diff import diff_traces
+
+    data = trace_reader.read_trace(os.path.join(REPO, "traces", "fsdp_tp.trace"))
+    meshes = [i for i, a in enumerate(data.atoms) if isinstance(a, dict) and a.get("dims") and a.get("ranks")]
+    assert meshes
+    for i in meshes:
+        data.atoms[i] = dict(data.atoms[i], dims=data.atoms[i]["dims"][:1], ranks=[0, {"x": 1}])
+    trace_parts.write_data(tmp_path / "odd.trace", data)
+    t = load(tmp_path / "odd.trace")
+    diff_traces(t, t)  # group keys built without the odd mesh

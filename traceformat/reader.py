@@ -52,6 +52,9 @@ def _check_header(rec: Any, source: str) -> dict:
         )
     if not isinstance(rec.get("world_size"), int) or rec["world_size"] <= 0:
         raise TraceFormatError(f"{source}: corrupt header (world_size)")
+    ranks = rec.get("ranks", [])
+    if not isinstance(ranks, list) or not all(type(r) is int and 0 <= r < INT32_END for r in ranks):
+        raise TraceFormatError(f"{source}: corrupt header (ranks)")  # parts and merges read it
     _layout(rec, source)
     return rec
 
