@@ -149,22 +149,20 @@ def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> N
         # be verified in fake mode (record with --mode local); a real disagreement breaks the echo.
         echo = base.group_by("group", "pos").agg(echo=(pl.col("send") == pl.col("expect")).all())
         base = base.join(echo.filter(~pl.col("echo")).select("group", "pos"), on=["group", "pos"])
-    send = (
-        base.select("group", "pos", src="rank", v="send")
-        .explode("v")
-        .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "src"))
-        .join(members, on=["group", "j"])
-        .rename({"peer": "dst", "v": "sent"})
-        .drop("j")
-    )
-    recv = (
-        base.select("group", "pos", dst="rank", v="expect")
-        .explode("v")
-        .with_columns(j=pl.int_range(pl.len()).over("group", "pos", "dst"))
-        .join(members, on=["group", "j"])
-        .rename({"peer": "src", "v": "expected"})
-        .drop("j")
-    )
+
+    def by_peer(own: str, sizes: str, peer: str, value: str) -> pl.DataFrame:
+        """One row per (rank, j-th member): the split size this rank lists for that member."""
+        return (
+            base.select("group", "pos", v=sizes, **{own: "rank"})
+            .explode("v")
+            .with_columns(j=pl.int_range(pl.len()).over("group", "pos", own))
+            .join(members, on=["group", "j"])
+            .rename({"peer": peer, "v": value})
+            .drop("j")
+        )
+
+    send = by_peer("src", "send", "dst", "sent")
+    recv = by_peer("dst", "expect", "src", "expected")
     pairs = send.join(recv, on=["group", "pos", "src", "dst"], how="inner").filter(pl.col("sent") != pl.col("expected"))
     frames = {
         (r["group"], r["pos"], r["rank"]): frame_text(r)
