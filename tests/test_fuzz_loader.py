@@ -196,3 +196,15 @@ def test_mesh_atom_with_odd_members_is_skipped_by_normalize(tmp_path):
     trace_parts.write_data(tmp_path / "odd.trace", data)
     t = load(tmp_path / "odd.trace")
     diff_traces(t, t)  # group keys built without the odd mesh
+
+
+def test_all_to_all_splits_atom_that_is_not_two_int_lists_is_not_verified(tmp_path):
+    """bench/fuzz.py seed 0, case 90190: an all_to_all_single's splits atom [5, 6] (ints, not
+    two lists) went into the split table's list columns (TypeError out of polars)."""
+    data = trace_reader.read_trace(os.path.join(REPO, "traces", "fsdp_ep.trace"))
+    splits = [i for i, a in enumerate(data.atoms) if isinstance(a, list) and len(a) == 2 and isinstance(a[0], list)]
+    assert splits
+    for i in splits:
+        data.atoms[i] = [5, 6]
+    trace_parts.write_data(tmp_path / "odd.trace", data)
+    assert [f.kind for f in run_checks(load(tmp_path / "odd.trace")).findings] == []
