@@ -76,14 +76,15 @@ def _rank_end(data: TraceData, rank: int) -> dict:
 
 
 def merge(
-    parts: Iterable[str | os.PathLike], out_path: str | os.PathLike, header_updates: dict | None = None
+    parts: Iterable[str | os.PathLike | TraceData], out_path: str | os.PathLike, header_updates: dict | None = None
 ) -> TraceData:
     """Join per-rank parts (rows) into one trace of column blocks, remapping atoms and groups
-    to one table. Returns a summary TraceData (header, groups, ends, notes; no columns)."""
-    parts = [os.fspath(p) for p in parts]
+    to one table. A part may be given decoded (a TraceData, e.g. one derived by relabelling:
+    traceformat/relabel.py). Returns a summary TraceData (header, groups, ends, notes; no columns)."""
+    parts = [p if isinstance(p, TraceData) else os.fspath(p) for p in parts]
     if not parts:
         raise TraceFormatError("no parts to merge")
-    headers = [read_header(p) for p in parts]
+    headers = [p.header if isinstance(p, TraceData) else read_header(p) for p in parts]
     header = dict(headers[0], part=False, ranks=sorted({r for h in headers for r in h.get("ranks", [])}))
     header.update(header_updates or {})
     summary = TraceData(header=header)
@@ -92,7 +93,7 @@ def merge(
         tables = _Tables(writer)
         try:
             for path in parts:
-                data = read_trace(path)
+                data = path if isinstance(path, TraceData) else read_trace(path)
                 summary.notes.extend(data.notes)
                 for rank, cols in tables.remap(data).items():
                     writer.block(rank, cols)

@@ -65,6 +65,12 @@ def record(
         None, "--mode", help="fake: a process per rank (fake backend); local: one process, LocalTensorMode (SPMD only)."
     ),
     ranks: str = typer.Option(None, "--ranks", help="Ranks to record: all, or e.g. 0,3,8-15."),
+    all_ranks: bool = typer.Option(
+        False,
+        "--all-ranks",
+        help="Record every asked-for rank itself: no sharing between ranks identical up to relabelling "
+        "(a CONFIG.toml's built-in workload in fake compute shares by default: see README).",
+    ),
     out: str = typer.Option(None, "--out", "-o", help="Output .trace (default: <script>.trace)."),
     timeout: float = typer.Option(
         None, "--timeout", help="Kill a rank after this many seconds (default: never); what it recorded is kept."
@@ -105,6 +111,7 @@ def record(
         ctx.args.insert(0, config)  # `--script x.py -- ARGS`: click hands the first ARG to CONFIG
         config = None  # type: ignore[assignment]
     run = dict(timeout=timeout, jobs=jobs, executor=executor, ray_address=ray_address)
+    share = not all_ranks
     if steps is not None and steps < 1:
         _fail(f"--steps must be at least 1, got {steps}")
     if steps is not None and config is None and torchtitan is None:
@@ -120,7 +127,9 @@ def record(
         cli_torchtitan.record_spec(torchtitan, list(ctx.args), world_size, mode, ranks or "all", out, compute, run)
         return
     if config is not None:
-        _record_config(config, script, entrypoint, world_size, steps, mode, ranks, out, compute, run, list(ctx.args))
+        _record_config(
+            config, script, entrypoint, world_size, steps, mode, ranks, out, compute, run, list(ctx.args), share
+        )
         return
     mode = mode or "fake"
     ranks = ranks or "all"
@@ -165,7 +174,9 @@ def _has_torchtitan(path: str) -> bool:
     return isinstance(job, dict) and "torchtitan" in job
 
 
-def _record_config(path, script, entrypoint, world_size, steps, mode, ranks, out, compute, run, extra) -> None:
+def _record_config(
+    path, script, entrypoint, world_size, steps, mode, ranks, out, compute, run, extra, share=True
+) -> None:
     """`tracer record CONFIG.toml`: options given on the command line override the TOML."""
     from traceformat.ranks import parse_ranks
     from tracer import config as config_mod
@@ -199,6 +210,13 @@ def _record_config(path, script, entrypoint, world_size, steps, mode, ranks, out
     out = out or cfg.tracer.output or os.path.splitext(os.path.basename(path))[0] + ".trace"
     if cfg.builtin:
         typer.echo(f"note: {cfg.steps_why()}", err=True)
+    plan = None
+    if share:
+        from tracer import rank_sharing
+
+        plan, not_shared = rank_sharing.plan(cfg, mode=mode, compute=used, ranks=rank_list)
+        if plan is None and not_shared.startswith(rank_sharing.UNEVEN):
+            typer.echo(f"note: recording every rank: {not_shared}", err=True)
     snapshot = dict(cfg.to_dict(), config_file=path)
     _run(
         run_record,
@@ -210,6 +228,7 @@ def _record_config(path, script, entrypoint, world_size, steps, mode, ranks, out
         config=snapshot,
         compute=used,
         compute_why=why,
+        share=plan,
         **run,
     )
 

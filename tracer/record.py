@@ -26,7 +26,7 @@ from traceformat.format import Mode
 from traceformat.output import OutputError, refuse_inputs, writable
 from traceformat.ranks import ranks_text
 from traceformat.workers import cpu_count
-from tracer import executors
+from tracer import executors, rank_sharing
 from tracer.capture import channel
 from tracer.modes.run import NEEDS_REAL_COMPUTE, Job
 from tracer.program import Program
@@ -64,6 +64,8 @@ class RecordResult:
     (its own high-water mark, measured by the process itself: executors.own_peak_bytes)."""
     written: bool = False
     """Whether `out` was written (False when no rank recorded anything: the old file stays)."""
+    derived: dict[int, int] = field(default_factory=dict)
+    """Ranks derived by relabelling (not recorded), each with the rank it was derived from."""
 
 
 def check_options(
@@ -132,9 +134,12 @@ def record(
     compute_why: str = "",
     executor: str = "local",
     ray_address: str | None = None,
+    share: rank_sharing.SharePlan | None = None,
 ) -> RecordResult:
     """`compute`: "real" or "fake" (fake mode only; see tracer/compute.py), `compute_why` the
-    reason for it, kept in the trace header. `executor`: "local" or "ray" (tracer/executors)."""
+    reason for it, kept in the trace header. `executor`: "local" or "ray" (tracer/executors).
+    `share`: record only its representatives and verification ranks and derive the other asked
+    ranks by relabelling (tracer/rank_sharing.py; fake mode)."""
     program.check()
     check_options(world_size=world_size, ranks=ranks, timeout=timeout, jobs=jobs)
     if Mode.of(mode) not in (Mode.FAKE, Mode.LOCAL):
@@ -163,7 +168,8 @@ def record(
         timeout=timeout,
     )
     if mode == "fake":
-        todo = [Job(ranks=[r], compute=compute, **common) for r in ranks]
+        first = share.recorded if share is not None else ranks
+        todo = [Job(ranks=[r], compute=compute, **common) for r in first]
     else:
         todo = [Job(ranks=ranks, **common)]
     start = time.perf_counter()
@@ -178,6 +184,18 @@ def record(
         raise
     except KeyboardInterrupt as e:  # the executor killed the ranks on its way out
         raise _interrupted(e, out, parts_dir, ranks) from None
+    derived: dict = {}
+    if share is not None:  # verify the classes; record in full what did not verify
+        clean = {job.ranks[0] for job, code in zip(todo, outcomes) if code == 0}
+        derived, more, notes = rank_sharing.settle(share, parts_dir, clean)
+        result.notes.extend(notes)
+        if more:
+            extra = [Job(ranks=[r], compute=compute, **common) for r in more]
+            try:
+                outcomes += run(extra)
+            except KeyboardInterrupt as e:
+                raise _interrupted(e, out, parts_dir, ranks) from None
+            todo += extra
     again = [i for i, code in enumerate(outcomes) if code == NEEDS_REAL_COMPUTE]
     try:
         if again:  # fake compute met a tensor value: those ranks again, computing for real
@@ -188,8 +206,10 @@ def record(
                 todo[i], outcomes[i] = job, code
         result.compute = {r: job.compute for job in todo for r in job.ranks}
         result.peak_rss = executors.read_peaks(todo)  # a rank recorded again: its second process
-        parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in ranks]
-        present = [p for p in parts if os.path.exists(p)]
+        recorded = {r for job in todo for r in job.ranks}
+        files = {r: os.path.join(parts_dir, f"rank_{r:05d}.part") for r in recorded}
+        present = [p for p in files.values() if os.path.exists(p)]
+        asked = [files[r] if r in files else derived[r] for r in ranks if r in files or r in derived]
         header = {
             "world_size": world_size,
             "mode": mode,
@@ -198,13 +218,21 @@ def record(
         }
         stopped = _rank_status(todo, outcomes, timeout)
         if stopped:  # only when some rank was stopped from outside: a clean header stays as it was
-            header["rank_status"] = stopped
-        summary = trace_parts.merge(present, out, header) if present else None  # atomic: all or nothing
+            header["rank_status"] = {r: s for r, s in stopped.items() if r in ranks}
+        if derived:
+            header["derived"] = rank_sharing.header_entry(share, derived)  # type: ignore[arg-type]  # derived: share given
+        parts = [p for p in asked if not isinstance(p, str) or os.path.exists(p)]
+        summary = trace_parts.merge(parts, out, header) if parts else None  # atomic: all or nothing
     except KeyboardInterrupt as e:
         raise _interrupted(e, out, parts_dir, ranks) from None
     result.written = summary is not None
+    result.derived = {r: c.rep for c in (share.classes if share else []) for r in c.derive if r in derived}
+    for r in result.derived:
+        result.n_events[r] = summary.ends[r]["n"] if summary else 0
     for job, code in zip(todo, outcomes):
         for r in job.ranks:
+            if r not in ranks:  # a verification rank nobody asked for: not in the trace
+                continue
             end = summary.ends.get(r) if summary else None
             result.n_events[r] = end["n"] if end else 0
             if end and end["status"] == "ok":
