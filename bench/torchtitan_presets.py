@@ -5,7 +5,8 @@ tp 8, the 70B flavor's shapes, 2 steps, fake compute picked by --compute auto).
 Targets (issue #20): the whole recording in <= 3 min, and <= 2 GiB peak resident memory per rank
 process. The preset's ranks are identical up to a mesh translation: tracer record shares the
 recording (tracer/rank_sharing.py: 3 of 64 ranks recorded, 61 derived, verified on 2); the row
-says how many ranks were recorded and derived and whether verification passed. The rank processes are the fork server's children, which the bench cannot wait4 on:
+says how many ranks were recorded and derived and whether verification passed.
+The rank processes are the fork server's children, which the bench cannot wait4 on:
 each reports its own high-water mark (VmHWM) and `tracer record` prints the largest
 ("peak memory per recording process: max X GiB (rank R), ..."), read here. --quick records ranks
 0-7 only (the time target is then not comparable; the memory one is).
