@@ -216,9 +216,9 @@ def record(
             "compute": _compute_header(result.compute),
             "compute_why": compute_why if not again else result.notes[-1],
         }
-        stopped = _rank_status(todo, outcomes, timeout)
+        stopped = {r: s for r, s in _rank_status(todo, outcomes, timeout).items() if r in ranks}
         if stopped:  # only when some rank was stopped from outside: a clean header stays as it was
-            header["rank_status"] = {r: s for r, s in stopped.items() if r in ranks}
+            header["rank_status"] = stopped
         if derived:
             header["derived"] = rank_sharing.header_entry(share, derived)  # type: ignore[arg-type]  # derived: share given
         parts = [p for p in asked if not isinstance(p, str) or os.path.exists(p)]
