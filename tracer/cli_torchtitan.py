@@ -110,7 +110,7 @@ def _other_model(path: str, raw: dict):
     from tracer.adapters.torchtitan.job import TorchTitanJob, toml_overrides
     from tracer.adapters.torchtitan.version import installed
     from tracer.cli import _fail
-    from tracer.config import DRY_RUN_STEPS
+    from tracer.config_keys import DRY_RUN_STEPS
     from tracer.flavors import FLAVORS
 
     model = raw.get("model", {})

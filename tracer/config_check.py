@@ -3,7 +3,8 @@ world size, and refuse degrees, shapes and schedules that cannot run, naming the
 
 from __future__ import annotations
 
-from tracer.config import SCHEDULES, STAGES_PER_RANK, JobConfig, _did_you_mean
+from tracer.config import SCHEDULES, STAGES_PER_RANK, JobConfig
+from tracer.config_keys import did_you_mean
 from tracer.workloads.pipeline_split import stage_modules
 
 AC_MODES = ("none", "selective", "full")
@@ -94,7 +95,7 @@ def _check_training_keys(cfg: JobConfig) -> None:
     if ac.mode not in AC_MODES:
         raise ValueError(
             f"activation_checkpoint.mode must be one of {', '.join(AC_MODES)}, got {ac.mode!r}"
-            f"{_did_you_mean(ac.mode, AC_MODES)}"
+            f"{did_you_mean(ac.mode, AC_MODES)}"
         )
     if (
         ac.mode == "selective"
@@ -166,7 +167,7 @@ def _check_pipeline(cfg: JobConfig) -> None:
     if p.pipeline_parallel_schedule not in SCHEDULES:
         raise ValueError(
             f"parallelism.pipeline_parallel_schedule must be one of {', '.join(SCHEDULES)}, got "
-            f"{p.pipeline_parallel_schedule!r}{_did_you_mean(p.pipeline_parallel_schedule, SCHEDULES)}"
+            f"{p.pipeline_parallel_schedule!r}{did_you_mean(p.pipeline_parallel_schedule, SCHEDULES)}"
         )
     if p.microbatches is not None and p.pipeline_parallel_microbatch_size is not None:
         raise ValueError("parallelism.microbatches: give it or pipeline_parallel_microbatch_size, not both")
