@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints-cpu.txt -e '.[test,torchtitan]'
+	$(BIN)/python -m pip install -q -c constraints-cpu.txt -e '.[test,torchtitan,float8]'
 	touch $(STAMP)
 
 demo: $(STAMP)

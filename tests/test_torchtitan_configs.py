@@ -41,9 +41,14 @@ def test_flavors_are_torchtitans_llama3_args():
     assert m.hidden_dim == 28672
     per_block = 8192 * 8192 * 2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
     assert per_block == 855_654_400
-    # the 405B preset turns on float8 (fp8 all-gathers), which the built-in workload refuses in one line
-    with pytest.raises(ValueError, match=r"model.converters = \['float8'\] changes the comm pattern"):
-        config.load(os.path.join(TT, "llama3_405b.toml"), world_size=128)
+    # the 405B preset turns on float8 (fp8 all-gathers, tests/test_workload_float8.py) and async TP
+    if importlib.util.find_spec("torchao") is not None:
+        cfg = config.load(os.path.join(TT, "llama3_405b.toml"), world_size=128)
+        f8 = cfg.quantize.linear.float8
+        assert cfg.model.converters == ["float8"] and f8.filter_fqns == ["output"]
+        assert f8.enable_fsdp_float8_all_gather and f8.precompute_float8_dynamic_scale_for_fsdp
+        assert cfg.parallelism.enable_async_tensor_parallel and cfg.compile.enable
+        assert cfg.parallelism.data_parallel_shard_degree == 16
     m = config.from_dict(
         {"model": {"flavor": "405B"}, "parallelism": {"tensor_parallel_degree": 8}, "tracer": {"world_size": 128}}
     ).model

@@ -210,6 +210,10 @@ def _record_config(
     out = out or cfg.tracer.output or os.path.splitext(os.path.basename(path))[0] + ".trace"
     if cfg.builtin:
         typer.echo(f"note: {cfg.steps_why()}", err=True)
+        from tracer.config_check import notes as config_notes
+
+        for note in config_notes(cfg):
+            typer.echo(f"note: {note}", err=True)
     plan = None
     if share:
         from tracer import rank_sharing

@@ -29,6 +29,7 @@ from tracer.config_keys import (
     refuse_unmodelled,
     with_flavor,
 )
+from tracer.config_quantize import Compile, Quantize
 
 SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
 STAGES_PER_RANK = {"GPipe": 1, "1F1B": 1, "Interleaved1F1B": 2}
@@ -75,6 +76,10 @@ class Model:
     """Experts of the MoE feed-forward in every block; 0 means a dense SwiGLU."""
     top_k: int = 1
     """Experts each token is routed to."""
+    converters: list[str] = field(default_factory=list)
+    """TorchTitan's model converters: "float8" swaps nn.Linear for torchao's Float8Linear with float8
+    tensor parallel; "quantize.linear.float8" (v0.2.2's registry name) the same with plain TP styles
+    ([quantize.linear.float8], tracer/workloads/float8.py, docs/float8.md); nothing else is modelled."""
     fuse_qkv: bool = False
     """One wqkv projection instead of wq, wk, wv (TorchTitan 0.3's llama3 models): fewer
     parameters to norm and fewer backward reduce-scatter sources, same collectives otherwise."""
@@ -151,6 +156,10 @@ class Parallelism:
     """Expert parallel degree (TorchTitan's dp2ep: experts sharded over part of the dp_shard dim)."""
     context_parallel_degree: int = 1
     """Context parallel degree (not modelled: must be 1)."""
+    enable_async_tensor_parallel: bool = False
+    """Async TP (needs compile.enable with "model"): inductor fuses each TP all-gather / reduce-scatter
+    with its matmul into a symmetric-memory op; recorded as the same logical collectives, marked
+    (tracer/workloads/tensor_parallel.py)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -200,6 +209,8 @@ class JobConfig:
     activation_checkpoint: ActivationCheckpoint = field(default_factory=ActivationCheckpoint)
     metrics: Metrics = field(default_factory=Metrics)
     comm: Comm = field(default_factory=Comm)
+    compile: Compile = field(default_factory=Compile)
+    quantize: Quantize = field(default_factory=Quantize)
     tracer: TracerSection = field(default_factory=TracerSection)
 
     def to_dict(self) -> dict[str, Any]:
@@ -277,6 +288,30 @@ def load(path: str, world_size: int | None = None, steps: int | None = None) -> 
     return cfg
 
 
+def _set_keys(target, section: str, values: dict) -> None:
+    """Set the keys of one [section] (a dotted path for nested tables: quantize.linear.float8)."""
+    fields = {f.name: f for f in dataclasses.fields(target)}
+    for key, value in values.items():
+        if key in IGNORED_KEYS.get(section, ()):
+            continue
+        if f"{section}.{key}" in UNMODELLED:
+            refuse_unmodelled(section, {key: value})
+            continue
+        if key not in fields:
+            raise ValueError(f"unknown key {section}.{key}{did_you_mean(key, fields)}")
+        annotation = str(fields[key].type)  # a string: postponed annotations
+        if annotation in _NESTED:  # a sub-table
+            if not isinstance(value, dict):
+                raise ValueError(f"{section}.{key}: expected a [{section}.{key}] table, got {type(value).__name__}")
+            _set_keys(getattr(target, key), f"{section}.{key}", value)
+            continue
+        setattr(target, key, _typed(f"{section}.{key}", value, annotation))
+
+
+_NESTED = frozenset({"QuantizedLinear", "Float8Linear"})
+"""Field annotations that are TOML sub-tables."""
+
+
 def from_dict(raw: dict) -> JobConfig:
     cfg = JobConfig()
     for section, values in raw.items():
@@ -289,20 +324,7 @@ def from_dict(raw: dict) -> JobConfig:
             raise ValueError(f"unknown section [{section}]{did_you_mean(section, [*_SECTIONS, *IGNORED_SECTIONS])}")
         if not isinstance(values, dict):
             raise ValueError(f"{section}: expected a [{section}] table, got {type(values).__name__}")
-        target = getattr(cfg, section)
-        names = [f.name for f in dataclasses.fields(target)]
-        if section == "model":
-            values = with_flavor(values)
-        for key, value in values.items():
-            if key in IGNORED_KEYS.get(section, ()):
-                continue
-            if f"{section}.{key}" in UNMODELLED:
-                refuse_unmodelled(section, {key: value})
-                continue
-            if key not in names:
-                raise ValueError(f"unknown key {section}.{key}{did_you_mean(key, names)}")
-            annotation = dataclasses.fields(target)[names.index(key)].type  # a string: postponed annotations
-            setattr(target, key, _typed(f"{section}.{key}", value, annotation))  # type: ignore[arg-type]
+        _set_keys(getattr(cfg, section), section, with_flavor(values) if section == "model" else values)
     from tracer.config_check import check
 
     check(cfg)
@@ -343,6 +365,11 @@ def check_mode(cfg: JobConfig, mode: str) -> None:
         raise ValueError(
             "comm.mode: pipeline parallel needs p2p send/recv, which local_tensor mode cannot "
             "simulate (LocalTensor runs all ranks in lockstep): use fake_backend (--mode fake)"
+        )
+    if mode == "local" and cfg.builtin and cfg.model.converters:
+        raise ValueError(
+            "comm.mode: float8 (torchao's Float8 tensor subclasses) cannot run under LocalTensorMode: "
+            "use fake_backend (--mode fake)"
         )
 
 

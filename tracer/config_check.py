@@ -80,6 +80,7 @@ def check(cfg: JobConfig) -> None:
             f"{tp} (sequence parallel shards the sequence)"
         )
     _check_training_keys(cfg)
+    _check_float8(cfg)
     _check_moe(cfg)
     _check_pipeline(cfg)
 
@@ -108,6 +109,72 @@ def _check_training_keys(cfg: JobConfig) -> None:
         )
     if cfg.metrics.log_freq < 1:
         raise ValueError(f"metrics.log_freq must be at least 1, got {cfg.metrics.log_freq}")
+
+
+FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
+"""TorchTitan v0.2.2's Float8LinearConverter: registered as "quantize.linear.float8", spelled
+"float8" by its own llama3_405b.toml and by parallelize_llama's float8-TP test."""
+
+
+def _check_float8(cfg: JobConfig) -> None:
+    """model.converters and [quantize.linear.float8]: torchao's tensorwise float8 is modelled
+    (tracer/workloads/float8.py), nothing else; async TP needs compile, as TorchTitan says."""
+    p, m, f8 = cfg.parallelism, cfg.model, cfg.quantize.linear.float8
+    for name in m.converters:
+        if name not in FLOAT8_CONVERTERS:
+            raise ValueError(
+                f'model.converters: {name!r} is not modelled by the built-in workload (only "float8": '
+                f"torchao's tensorwise Float8Linear); record TorchTitan itself instead"
+            )
+    if p.enable_async_tensor_parallel and not (cfg.compile.enable and "model" in cfg.compile.components):
+        raise ValueError(
+            'parallelism.enable_async_tensor_parallel needs compile.enable = true with "model" in '
+            "compile.components (TorchTitan: Async TP requires 'model' in --compile.components and --compile.enable)"
+        )
+    if not m.converters:
+        return
+    if f8.recipe_name not in (None, "tensorwise"):
+        raise ValueError(
+            f"quantize.linear.float8.recipe_name = {f8.recipe_name!r}: only the tensorwise recipe is modelled "
+            f"(rowwise float8 all-gathers in high precision and scales per row); record TorchTitan itself instead"
+        )
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        raise ValueError(
+            'model.converters = ["float8"] needs torchao (its Float8Linear is what communicates): '
+            "pip install -c constraints-cpu.txt 'commtrace[float8]' after torch==2.13.0"
+        )
+    if p.tensor_parallel_degree > 1 and "float8" in m.converters:  # Float8ColwiseParallel refuses a plain Linear
+        shapes = {
+            "attention.wq": (m.n_heads * m.head_dim, m.dim),
+            "attention.wk": (m.kv_heads * m.head_dim, m.dim),
+            "attention.wo": (m.dim, m.dim),
+        }
+        if not m.n_experts:
+            shapes |= {"feed_forward.w1": (m.hidden_dim, m.dim), "feed_forward.w2": (m.dim, m.hidden_dim)}
+        fqns = [f"layers.{i}.{name}" for i in range(m.n_layers) for name in shapes]
+        for fqn in fqns:
+            shape = shapes[fqn.split(".", 2)[2]]
+            if shape[0] % 16 or shape[1] % 16 or any(f in fqn for f in f8.filter_fqns):
+                raise ValueError(
+                    f"model.converters: float8 tensor parallel needs every block Linear in float8, but {fqn} "
+                    f"{list(shape)} stays high precision (a dim not divisible by 16, or in filter_fqns): "
+                    f"TorchTitan's Float8ColwiseParallel refuses it"
+                )
+
+
+def notes(cfg: JobConfig) -> list[str]:
+    """One line each on what the recording does with keys it honours in a way worth saying."""
+    out = []
+    if cfg.builtin and cfg.parallelism.enable_async_tensor_parallel and cfg.parallelism.tensor_parallel_degree > 1:
+        out.append(
+            "async TP: TorchTitan v0.2.2 sets inductor's _micro_pipeline_tp but never enables symmetric memory "
+            "for the tp group, and torch's pass fuses an all-gather / reduce-scatter with its matmul only on a "
+            "group that has it (is_symm_mem_enabled_for_group): the tp collectives stay NCCL collectives, "
+            "recorded as such"
+        )
+    return out
 
 
 def _check_degrees(cfg: JobConfig) -> None:

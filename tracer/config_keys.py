@@ -16,9 +16,7 @@ DRY_RUN_STEPS = 2
 second one's pattern."""
 
 # TorchTitan sections and keys that cannot change what is communicated: accepted, ignored.
-IGNORED_SECTIONS = frozenset(
-    {"profiling", "lr_scheduler", "float8", "mx", "memory_estimation", "experimental", "compile", "quantize"}
-)
+IGNORED_SECTIONS = frozenset({"profiling", "lr_scheduler", "float8", "mx", "memory_estimation", "experimental"})
 IGNORED_KEYS = {
     "job": {"config_file", "dump_folder", "description", "use_for_integration_test", "print_args", "print_config"},
     "model": {"tokenizer_path", "hf_assets_path", "print_after_conversion"},
@@ -53,11 +51,12 @@ IGNORED_KEYS = {
         "disable_color_printing",
         "enable_color_printing",
     },
+    "compile": {"backend"},
+    "quantize": {"grouped_mm"},  # float8 / mx of MoE grouped GEMMs: only read by converters that are refused
+    "quantize.linear": {"mx"},  # only read by the "mx" converter, which is refused
     "comm": {"init_timeout_seconds", "train_timeout_seconds", "trace_buf_size", "save_traces_folder"},
 }
-UNMODELLED = {
-    "model.converters": [],
-    "parallelism.enable_async_tensor_parallel": False,
+UNMODELLED: dict[str, object] = {
     "parallelism.pipeline_parallel_split_points": [],
     "parallelism.pipeline_parallel_layers_per_stage": None,
     "parallelism.pipeline_parallel_schedule_csv": "",

@@ -90,6 +90,8 @@ class FakeCompute(FakeTensorMode):
             result = super().__torch_dispatch__(func, types, args, kwargs)
         finally:
             self._busy = False
+        if result is NotImplemented:  # a tensor subclass argument (torchao's Float8TrainingTensor)
+            return result  # handles it: it unwraps and calls the op again, which is recorded then
         a = local_ops._arguments(func, args, kwargs or {})
         indices = self._rec.record(local_ops._describe(name, a, result))
         for t in local_ops._flat(result):

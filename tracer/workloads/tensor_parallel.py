@@ -7,6 +7,10 @@ ends with a reduce-scatter of its output instead of an all-reduce; the norms' we
 replicated, so their gradients are all-reduced over tp. With loss parallel the output
 projection's logits stay sharded on the vocab dim (the loss reduces over tp itself, see
 loss.py); without it they are gathered back to Replicate.
+
+With float8 (model.converters = ["float8"]) the blocks use torchao's float8 styles, as TorchTitan's
+apply_tp(enable_float8_tensorwise_tp=True) does (tracer/workloads/float8.py); tok_embeddings,
+norm and output keep the plain ones.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                SequenceParallel, parallelize_module)
 
 
-def apply(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool, loss_parallel: bool) -> None:
+def apply(
+    model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool, loss_parallel: bool, float8: bool = False
+) -> None:
     """Parallelize `model` (a whole Transformer or one pipeline stage of it) in place."""
     seq = Shard(1) if sequence_parallel else Replicate()
     # src_data_rank=None: every rank built the same weights from the same seed, so each keeps
@@ -30,16 +36,21 @@ def apply(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool, loss_p
         top["norm"] = SequenceParallel() if sequence_parallel else None
         top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1) if loss_parallel else Replicate())
     parallelize_module(model, tp_mesh, {k: v for k, v in top.items() if v is not None}, src_data_rank=None)
+    rowwise, colwise, prepare = (RowwiseParallel, ColwiseParallel, PrepareModuleInput)
+    if float8:
+        from tracer.workloads.float8 import tp_styles
+
+        rowwise, colwise, prepare = tp_styles()
     for block in model.layers.values():
         plan = {
-            "attention": PrepareModuleInput(input_layouts=(seq, None), desired_input_layouts=(Replicate(), None)),
-            **({"attention.wqkv": ColwiseParallel()} if hasattr(block.attention, "wqkv") else
-               {f"attention.{w}": ColwiseParallel() for w in ("wq", "wk", "wv")}),
-            "attention.wo": RowwiseParallel(output_layouts=seq),
-            "feed_forward": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
-            "feed_forward.w1": ColwiseParallel(),
-            "feed_forward.w2": RowwiseParallel(output_layouts=seq),
-            "feed_forward.w3": ColwiseParallel(),
+            "attention": prepare(input_layouts=(seq, None), desired_input_layouts=(Replicate(), None)),
+            **({"attention.wqkv": colwise()} if hasattr(block.attention, "wqkv") else
+               {f"attention.{w}": colwise() for w in ("wq", "wk", "wv")}),
+            "attention.wo": rowwise(output_layouts=seq),
+            "feed_forward": prepare(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": colwise(),
+            "feed_forward.w2": rowwise(output_layouts=seq),
+            "feed_forward.w3": colwise(),
         }
         if sequence_parallel:
             plan["attention_norm"] = SequenceParallel()

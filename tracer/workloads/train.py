@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 from tracer import config as config_mod
-from tracer.workloads import (activation_checkpoint, expert_parallel, fsdp, grad_norm, mesh as mesh_mod,
+from tracer.workloads import (activation_checkpoint, expert_parallel, float8, fsdp, grad_norm, mesh as mesh_mod,
                               pipeline_parallel, tensor_parallel)
 from tracer.workloads.loss import cross_entropy
 from tracer.workloads.model import Transformer
@@ -50,11 +50,14 @@ def batch(cfg: config_mod.JobConfig, dp_rank, step: int) -> tuple[torch.Tensor, 
 
 
 def parallelize(cfg: config_mod.JobConfig, meshes: mesh_mod.Meshes, chunk: torch.nn.Module) -> None:
-    """TorchTitan's order on one model chunk: tensor (+ expert) parallel, activation
-    checkpointing, FSDP."""
+    """TorchTitan's order on one model chunk: model converters (float8), tensor (+ expert)
+    parallel, activation checkpointing, FSDP."""
     p, t, ac = cfg.parallelism, cfg.training, cfg.activation_checkpoint
+    if cfg.model.converters:
+        float8.convert(chunk, cfg)
     if meshes.tp is not None:
-        tensor_parallel.apply(chunk, meshes.tp, p.enable_sequence_parallel, loss_parallel(cfg))
+        tensor_parallel.apply(chunk, meshes.tp, p.enable_sequence_parallel, loss_parallel(cfg),
+                              float8="float8" in cfg.model.converters)  # parallelize_llama's test, verbatim
     if meshes.ep is not None:
         expert_parallel.apply(chunk, meshes.ep)
     activation_checkpoint.apply(chunk, ac.mode, ac.selective_ac_option)
@@ -113,6 +116,8 @@ def main(argv: list[str] | None = None) -> None:
             loss.backward()
         grad_norm.clip_(params, cfg.training.max_norm, meshes.pp, meshes.ep is not None)
         opt.step()
+        if float8.precompute(cfg):  # the converters' post_optimizer_hook (a step post-hook)
+            float8.post_optimizer_hook([chunk for _, chunk in chunks])
         opt.zero_grad()
         if meshes.dp_enabled and (step == 0 or (step + 1) % cfg.metrics.log_freq == 0):  # TorchTitan counts from 1
             log_metrics(meshes, loss, seen)
