@@ -157,9 +157,9 @@ class Parallelism:
     context_parallel_degree: int = 1
     """Context parallel degree (not modelled: must be 1)."""
     enable_async_tensor_parallel: bool = False
-    """Async TP (needs compile.enable with "model"): inductor fuses each TP all-gather / reduce-scatter
-    with its matmul into a symmetric-memory op; recorded as the same logical collectives, marked
-    (tracer/workloads/tensor_parallel.py)."""
+    """Async TP (needs compile.enable with "model", as TorchTitan): v0.2.2 only sets inductor's
+    _micro_pipeline_tp, which fuses nothing on a tp group without symmetric memory: the tp
+    collectives are recorded unchanged, with a note (config_check.notes, docs/float8.md)."""
 
 
 @dataclass(kw_only=True, slots=True)
