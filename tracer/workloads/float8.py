@@ -16,8 +16,9 @@
   the stacked amaxes of a model part's float8 weights, on the weights' whole mesh (fsdp x tp:
   torch.clamp of a Partial(max) DTensor reduces it); the all-gathers then use those scales.
 - tensor parallel, when converters names "float8" (parallelize_llama's test; v0.2.2's registry
-  name "quantize.linear.float8" converts but keeps the plain TP styles): TorchTitan's Float8ColwiseParallel / Float8RowwiseParallel /
-  PrepareFloat8ModuleInput (tensor_parallel.py) cast each TP region's input to float8 before its
+  name "quantize.linear.float8" converts but keeps the plain TP styles): TorchTitan's
+  Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput (tensor_parallel.py)
+  cast each TP region's input to float8 before its
   sequence-parallel all-gather (1 byte per element; the cast's amax is all-reduced (max) over tp,
   the input being a Shard(1) DTensor), and mark the outputs so that backward casts the incoming
   gradients to float8 (their amax all-reduced over tp too). Reduce-scatters stay bf16.
