@@ -106,7 +106,7 @@ def test_keys_that_would_change_the_pattern_are_refused_unless_at_their_default(
     from tracer import config
 
     with pytest.raises(ValueError, match=r"^model.converters: 'mx' is not modelled by the built-in workload"):
-        config.from_dict({"model": {"converters": ["mx"]}})
+        config.from_dict({"model": {"converters": ["mx"]}, "tracer": {"world_size": 1}})
     with pytest.raises(ValueError, match=r"^checkpoint.enable = True changes the comm pattern"):
         config.from_dict({"checkpoint": {"enable": True, "folder": "ckpt"}})
     cfg = config.from_dict(
