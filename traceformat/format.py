@@ -72,6 +72,8 @@ PATTERN_GROUP_AT = PATTERN_COLUMNS.index("group")
 PBLOCK_STREAM = ("code",) + codec.STREAM_COLUMNS
 _NONE_ROW = {name: (0.0 if dt == "<f8" else -1) for name, dt in COLUMNS}
 _NONE_ROW.update(async_op=0, step=0, seq=-1)
+_NONE_LIST = [_NONE_ROW[name] for name in COLUMN_NAMES]
+_COLUMN_AT = {name: i for i, name in enumerate(COLUMN_NAMES)}
 
 
 class TraceFormatError(ValueError):
@@ -79,10 +81,15 @@ class TraceFormatError(ValueError):
 
 
 def default_row(**values: Any) -> list:
-    """A row in COLUMNS order with defaults for what the caller does not set."""
-    row = dict(_NONE_ROW)
-    row.update(values)
-    return [row[name] for name in COLUMN_NAMES]
+    """A row in COLUMNS order with defaults for what the caller does not set (names that are not
+    columns are ignored). On the recorder's path for every event: a copy and a few stores."""
+    row = _NONE_LIST.copy()
+    at = _COLUMN_AT
+    for name, value in values.items():
+        i = at.get(name)
+        if i is not None:
+            row[i] = value
+    return row
 
 
 class Mode(str, Enum):
@@ -168,8 +175,9 @@ class AtomTable:
 
 
 class TraceWriter:
-    """Appends records to a trace. Each record is one write(), so a killed process leaves
-    every record it finished and at most one partial record at the tail."""
+    """Appends records to a trace. Each record (an event with the atoms it introduced) is one
+    write(), so a killed process leaves every record it finished and at most one partial record
+    at the tail."""
 
     def __init__(self, path: str | os.PathLike, header: dict):
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -180,13 +188,19 @@ class TraceWriter:
         self._write(dict(header, version=list(VERSION), columns=[list(c) for c in COLUMNS]))
 
     def _write(self, record: dict) -> None:
-        data = self._packer.pack(record)
+        self._write_bytes(self._packer.pack(record))
+
+    def _write_bytes(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
 
     def atom(self, value: Any) -> int:
         """Intern a msgpack-able value; returns its id. None is -1."""
+        if type(value) is str:  # most atoms of a recording: op, module, phase, frame, dtype
+            aid = self._atoms._ids.get(value)
+            if aid is not None:
+                return aid
         return -1 if value is None else self._atoms.intern(value)
 
     def _flush_atoms(self) -> None:
@@ -199,8 +213,15 @@ class TraceWriter:
         self._write({"t": "group", "gid": gid, "name": name, "ranks": list(ranks), "desc": desc})
 
     def row(self, rank: int, values: list) -> None:
-        self._flush_atoms()
-        self._write({"t": "ev", "r": rank, "v": values})
+        """One event: with the atoms it introduced, one write() (a syscall per event is most of
+        what writing costs a recording)."""
+        atoms = self._atoms.values
+        if len(atoms) == self._flushed:
+            self._write({"t": "ev", "r": rank, "v": values})
+            return
+        head = self._packer.pack({"t": "atoms", "base": self._flushed, "v": atoms[self._flushed :]})
+        self._flushed = len(atoms)
+        self._write_bytes(head + self._packer.pack({"t": "ev", "r": rank, "v": values}))
 
     def block(self, rank: int, columns) -> None:
         """Events of one rank as pattern-coded blocks of up to BLOCK_EVENTS events."""

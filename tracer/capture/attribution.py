@@ -117,6 +117,18 @@ class Attribution:
         if self.in_optimizer == 0:
             self.step += 1
 
+    def where(self) -> tuple[str, str, int, str]:
+        """(module, phase, step, frame): module() + phase() + frame() with one look at autograd."""
+        backward = torch._C._current_graph_task_id() != -1
+        if self.owners:
+            module = self.owners[-1]
+        elif self._stack:
+            module = self._stack[-1]
+        else:
+            module = self._backward_module if backward else ""
+        phase = "optimizer" if self.in_optimizer else "backward" if backward else "forward" if self._stack else "other"
+        return module, phase, self.step, self.frame()
+
     def module(self) -> str:
         """FQN of the innermost active module, relative to its root ("" outside any module).
         An owner set by a hook that knows better (FSDP's param group) wins."""

@@ -122,7 +122,7 @@ class Recorder:
         # group creations seen, for finding a LocalTensor group's siblings: (desc, ranks) -> names
         self.created: dict[tuple[str, tuple[int, ...]], list[str]] = defaultdict(list)
         # per-rank view of a value: identity in fake mode, the rank's shard in local mode
-        self.view: Callable[[Any, int], Any] = lambda x, r: x
+        self.view: Callable[[Any, int], Any] = own_view
         self.siblings: Callable[[Any, GroupRef], list[GroupRef]] = lambda pg, g: [g]
         self.busy = False  # set while LocalTensorMode answers an op, so nested ops are not recorded twice
 
@@ -145,8 +145,7 @@ class Recorder:
     # ---- events -------------------------------------------------------------------------
     def where(self) -> tuple[str, str, int, str]:
         """(module, phase, step, frame) of the op being recorded; computed once per call."""
-        a = self.attribution
-        return a.module(), a.phase(), a.step, a.frame()
+        return self.attribution.where()
 
     def event(self, rank: int, op: str, group: GroupRef | None = None, where: tuple | None = None, **values) -> int:
         s = self.streams[rank]
@@ -183,22 +182,26 @@ class Recorder:
         """Write `call` on every simulated rank it ran on; returns {rank: event index}."""
         out: dict[int, int] = {}
         where = self.where()
+        mapped = self.view is not own_view
         for g in self.siblings(call.pg, self.group_ref(call.pg)):
             for r in g.ranks:
                 if r not in self.streams:
                     continue
-                ins = [self.view(t, r) for t in call.inputs]
-                outs = [self.view(t, r) for t in call.outputs]
+                if mapped:
+                    ins = [self.view(t, r) for t in call.inputs]
+                    outs = [self.view(t, r) for t in call.outputs]
+                else:  # fake mode: each tensor is this rank's own (no call per tensor)
+                    ins, outs = call.inputs, call.outputs
                 is_root = call.root is not None and 0 <= call.root < len(g.ranks) and g.ranks[call.root] == r
                 if call.op == "scatter" and not is_root:
                     ins = []  # only the root passes a scatter list (LocalTensor passes one everywhere)
                 if call.op == "gather" and not is_root:
                     outs = []
                 values: dict[str, Any] = dict(
-                    in_shapes=tuple(tuple(t.shape) for t in ins),
-                    out_shapes=tuple(tuple(t.shape) for t in outs),
-                    in_bytes=sum(t.numel() * t.element_size() for t in ins),
-                    out_bytes=sum(t.numel() * t.element_size() for t in outs),
+                    in_shapes=tuple([tuple(t.shape) for t in ins]),
+                    out_shapes=tuple([tuple(t.shape) for t in outs]),
+                    in_bytes=sum([t.numel() * t.element_size() for t in ins]),
+                    out_bytes=sum([t.numel() * t.element_size() for t in outs]),
                     async_op=int(call.async_op),
                     tag=call.tag,
                 )
@@ -251,6 +254,11 @@ class Recorder:
     def close(self, status: str = "ok", error: str | None = None, ranks: list[int] | None = None) -> None:
         for r in ranks if ranks is not None else self.ranks:
             self.streams[r].close(status, error)
+
+
+def own_view(x, rank: int):
+    """The recorder's default per-rank view: a value is the rank's own (fake mode)."""
+    return x
 
 
 def _a2a_splits(splits, inp, out, n: int, view) -> tuple:

@@ -35,6 +35,7 @@ _PRELOAD = [
     "torch._subclasses.fake_tensor",
     "tracer.capture.fake_compute",
     "tracer.workloads.train",
+    "tracer.capture.preloaded",  # last: indexes what the modules above hold, for every rank
 ]
 
 

@@ -149,6 +149,9 @@ def run_job(job: Job) -> int:
         except Exception:
             pass
         rec.close(status, error)
+        from tracer.capture import process_group
+
+        process_group.RecordingProcessGroup.recorder = None  # closed: nothing may write to it
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
