@@ -68,7 +68,6 @@ def worker(out_fd: int) -> None:
     os.environ.update(torchrun_env(0, WORLD))
     program = Program(script=EXAMPLE, args=ARGS)
     orig_init = dist.init_process_group
-    recorder_timers.install()
 
     def untraced(backend: str) -> None:
         def init_process_group(*a, **k):
@@ -86,30 +85,45 @@ def worker(out_fd: int) -> None:
             dist.destroy_process_group()
             dist.init_process_group = orig_init
 
-    def recorded() -> None:
-        parts = tempfile.mkdtemp(prefix="commtrace-overhead-")
-        try:
-            job = Job(program=program, mode="fake", world_size=WORLD, ranks=[0], parts_dir=parts)
-            assert run_job(job) == 0
-        finally:
-            shutil.rmtree(parts, ignore_errors=True)
+    parts = [""]  # made before each run's clock starts, removed after it stops (as `tracer record` does)
 
-    kinds = {"plain": lambda: untraced("commtrace"), "torchfake": lambda: untraced("fake"), "traced": recorded}
-    for kind in kinds.values():  # warm-up: lazy imports and first-call caches, the same for both
-        kind()
+    def recorded() -> None:
+        job = Job(program=program, mode="fake", world_size=WORLD, ranks=[0], parts_dir=parts[0])
+        assert run_job(job) == 0
+
+    def timed_inside() -> None:  # the cross-check: the timers' own cost stays out of the A/B runs
+        recorder_timers.install()
+        try:
+            recorded()
+        finally:
+            recorder_timers.uninstall()
+
+    kinds = {
+        "plain": lambda: untraced("commtrace"),
+        "torchfake": lambda: untraced("fake"),
+        "traced": recorded,
+        "traced_timers": timed_inside,
+    }
+
+    def run(kind: str) -> dict:
+        parts[0] = tempfile.mkdtemp(prefix="commtrace-overhead-")
+        own0 = recorder_timers.seconds()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        kinds[kind]()
+        gc.collect()  # each run pays for collecting its own garbage
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        shutil.rmtree(parts[0], ignore_errors=True)
+        return {"cpu": cpu, "wall": wall, "own": recorder_timers.seconds() - own0}
+
+    for kind in kinds:  # warm-up: lazy imports and first-call caches, the same for both
+        run(kind)
     gc.collect()
     gc.freeze()  # what is alive now is not the runs' garbage: collections below skip it
     with os.fdopen(out_fd, "w") as out:
         out.write("ready\n")
         out.flush()
         for line in sys.stdin:
-            run = kinds[line.strip()]
-            own0 = recorder_timers.seconds()
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            run()
-            gc.collect()
-            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            out.write(json.dumps({"cpu": cpu, "wall": wall, "own": recorder_timers.seconds() - own0}) + "\n")
+            out.write(json.dumps(run(line.strip())) + "\n")
             out.flush()
 
 
@@ -155,7 +169,8 @@ class Overhead:
     pairs: list[float] = field(default_factory=list)
     """Per pair: 100 * log(recorded CPU s / untraced CPU s), the two runs side by side."""
     own: list[float] = field(default_factory=list)
-    """Per recorded run: % of its time spent in recorder code, over the rest of that run."""
+    """Per recorded run with the timers (after the pairs): % of its time in recorder code, over
+    the rest of that run."""
     base_cpu: list[float] = field(default_factory=list)
     """Untraced CPU seconds per run."""
     traced_cpu: list[float] = field(default_factory=list)
@@ -190,6 +205,7 @@ def measure(
     max_pairs: int = 400,
     max_seconds: float = 900.0,
     against: str = "plain",
+    own_runs: int = 5,
     progress=None,
 ) -> Overhead:
     """Pairs until the 95 % interval is within +-half_width points (or a cap is reached)."""
@@ -205,7 +221,6 @@ def measure(
             runs = dict(zip(kinds, (w.result() for w in workers)))
             base, rec = runs[against], runs["traced"]
             res.pairs.append(100 * math.log(rec["cpu"] / base["cpu"]))
-            res.own.append(100 * rec["own"] / (rec["wall"] - rec["own"]))
             res.base_cpu.append(base["cpu"])
             res.traced_cpu.append(rec["cpu"])
             n = len(res.pairs)
@@ -214,7 +229,14 @@ def measure(
                 if progress is not None and n % 10 == 0:
                     progress(f"    {n} pairs: {est:+.2f} % ({lo:+.2f} .. {hi:+.2f})")
                 if hi - lo <= 2 * half_width or n >= max_pairs or time.perf_counter() - t0 > max_seconds:
-                    return res
+                    break
+        for _ in range(own_runs):  # the cross-check, both workers at once
+            for w in workers:
+                w.start("traced_timers")
+            for w in workers:
+                run = w.result()
+                res.own.append(100 * run["own"] / (run["wall"] - run["own"]))
+        return res
     finally:
         for w in workers:
             w.close()

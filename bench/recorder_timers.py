@@ -36,8 +36,11 @@ def _timed(fn):
     return timed
 
 
+_ORIGINALS: list[tuple[object, str, object]] = []
+
+
 def install() -> None:
-    """Wrap the entry points (once per process, before any recording starts)."""
+    """Wrap the entry points (between recordings: the hooks of a running one hold bound methods)."""
     from tracer.capture import attribution, channel, ddp, object_collectives, patches, recorder
 
     entry_points = {
@@ -59,7 +62,15 @@ def install() -> None:
     }
     for owner, names in entry_points.items():
         for name in names:
+            _ORIGINALS.append((owner, name, getattr(owner, name)))
             setattr(owner, name, _timed(getattr(owner, name)))
+
+
+def uninstall() -> None:
+    """Put the entry points back: the A/B runs are timed without the timers' own cost."""
+    for owner, name, orig in reversed(_ORIGINALS):
+        setattr(owner, name, orig)
+    _ORIGINALS.clear()
 
 
 def seconds() -> float:

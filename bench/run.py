@@ -84,7 +84,7 @@ def overhead(quick: bool) -> None:
         print(line, flush=True)
 
     if quick:
-        r = recorder_overhead.measure(half_width=5.0, min_pairs=4, max_pairs=6, progress=progress)
+        r = recorder_overhead.measure(half_width=5.0, min_pairs=4, max_pairs=6, own_runs=1, progress=progress)
     else:
         r = recorder_overhead.measure(half_width=0.8, min_pairs=30, max_seconds=600, progress=progress)
     est, lo, hi = r.estimate()
