@@ -100,11 +100,11 @@ def _one_dim_meshes(trace: Trace) -> dict[tuple, str]:
     ids = trace.patterns.filter(pl.col("op") == "mesh")["info"].unique().to_list()
     out: dict[tuple[int, ...], str] = {}
     for aid in ids:
-        info = trace.atom(aid)
-        if isinstance(info, dict) and isinstance(info.get("dims"), list) and len(info["dims"]) == 1:
-            members = _flat(info.get("ranks") or [])
-            if members and all(type(r) is int for r in members):  # a mesh atom is input like any other
-                out.setdefault(tuple(sorted(members)), str(info["dims"][0]))
+        info = trace.atom(aid)  # a mesh info atom, checked at load (analyzer/atoms.py), or None
+        if info is not None and len(info.get("dims", [])) == 1:
+            members = _flat(info.get("ranks", []))
+            if members:
+                out.setdefault(tuple(sorted(members)), info["dims"][0])
     return out
 
 

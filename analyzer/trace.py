@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analyzer.atoms import validate as validate_atoms
 from analyzer.findings import ranks_text
 from traceformat import codec
 from traceformat import format as fmt
@@ -174,6 +175,8 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None, columns: dict
     notes = list(notes or []) + list(data.notes)
     ranks = sorted(data.columns)
     patterns, stream, n_of = _frames(data, ranks)
+    patterns, malformed = validate_atoms(patterns, data.atoms)  # readers trust these atoms from here on
+    notes += malformed
     for name, values in (columns or {}).items():
         if name not in SOURCE_COLUMNS:
             raise ValueError(f"stream column {name!r} is not declared in SOURCE_COLUMNS")

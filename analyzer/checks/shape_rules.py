@@ -122,26 +122,20 @@ def _size_rule(report, trace, groups, pats: pl.DataFrame, positioned, atoms, pre
         _self_finding(report, groups, present, row, SHAPE_MISMATCH, rule, io, output_side=False)
 
 
-def _split_sides(value) -> tuple[list[int], list[int]]:
-    """(sent, expected) split sizes of an all_to_all_single's splits atom; empty where the atom is
-    not two lists of integers (nothing to verify: a corrupt atom is input like any other)."""
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        send, expect = value
-        if all(isinstance(x, list) and all(type(v) is int for v in x) for x in (send, expect)):
-            return send, expect
-    return [], []
-
-
 def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> None:
     """all_to_all_single: what rank i sends j must equal what j expects from i."""
-    a2a = pats.filter(pl.col("op") == "all_to_all_single")
+    # splits atoms are two lists of sizes, checked at load (analyzer/atoms.py); -1: none recorded
+    a2a = pats.filter((pl.col("op") == "all_to_all_single") & (pl.col("splits") >= 0))
     if a2a.is_empty():
         return
     a2a = positioned(a2a)
     atoms = atom_values(trace, a2a["splits"].unique().to_list())
-    sides = [_split_sides(v) for v in atoms.values()]
     table = pl.DataFrame(
-        {"splits": list(atoms), "send": [s for s, _ in sides], "expect": [e for _, e in sides]},
+        {
+            "splits": list(atoms),
+            "send": [list(v[0]) for v in atoms.values()],
+            "expect": [list(v[1]) for v in atoms.values()],
+        },
         schema={"splits": pl.Int32, "send": pl.List(pl.Int64), "expect": pl.List(pl.Int64)},
     )
     members = (

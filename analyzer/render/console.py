@@ -5,7 +5,7 @@ instead of a table. `--json` is the machine interface."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich import box
 from rich.console import Console
@@ -40,6 +40,33 @@ def _column(t: Table, header: str, values, *, right: bool = False, wrap: bool = 
 def _fits(console: Console, t: Table) -> bool:
     """Whether the table's narrowest layout (unclamped) fits the console."""
     return Measurement.get(console, console.options.update_width(1 << 16), t).minimum <= console.width
+
+
+def _text_table(
+    console: Console,
+    t: Table,
+    columns: Sequence[tuple[str, dict]],
+    rows: Sequence[tuple[str, ...]],
+    compact: Callable[[tuple[str, ...]], None],
+    compact_title: str = "",
+) -> None:
+    """`rows` as table `t`: a column per (header, _column options), then the last cell of each
+    row as "what happened" in the width left. When even its narrowest layout does not fit the
+    console, each row is printed as `compact(row)` (a heading line, then the text at full
+    width) and a blank line, after `compact_title` if one is given."""
+    for i, (header, options) in enumerate(columns):
+        _column(t, header, [r[i] for r in rows], **options)
+    t.add_column("what happened", ratio=1, min_width=WIDE_TEXT)
+    for r in rows:
+        t.add_row(*r)
+    if _fits(console, t):
+        console.print(t)
+        return
+    if compact_title:
+        console.print(compact_title)
+    for r in rows:
+        compact(r)
+        console.print()
 
 
 def human_bytes(n: float) -> str:
@@ -98,22 +125,20 @@ def findings(console: Console, trace: Trace, found: list, notes: Sequence[str] =
         (f.kind, group_text(f.group), "-" if f.seq is None else str(f.seq), ranks_text(f.culprit_ranks), _detail(f))
         for f in found
     ]
-    t = Table(show_lines=True)
-    _column(t, "kind", [r[0] for r in rows], wrap=False, style="bold")
-    _column(t, "group", [r[1] for r in rows])
-    _column(t, "seq", [r[2] for r in rows], right=True, wrap=False)
-    _column(t, "culprits", [r[3] for r in rows], style="red")
-    t.add_column("what happened", ratio=1, min_width=WIDE_TEXT)
-    for r in rows:
-        t.add_row(*r)
-    if _fits(console, t):
-        console.print(t)
-        return
-    for kind, group, seq, culprits, detail in rows:  # compact: a heading line, then the text at full width
+
+    def compact(row: tuple[str, ...]) -> None:
+        kind, group, seq, culprits, detail = row
         console.print(f"[bold]{kind}[/] · {escape(group)} · seq {seq} · culprits [red]{escape(culprits)}[/]")
         for line in detail.split("\n"):
             console.print(line, style=None)
-        console.print()
+
+    columns: tuple[tuple[str, dict], ...] = (
+        ("kind", {"wrap": False, "style": "bold"}),
+        ("group", {}),
+        ("seq", {"right": True, "wrap": False}),
+        ("culprits", {"style": "red"}),
+    )
+    _text_table(console, Table(show_lines=True), columns, rows, compact)
 
 
 def _detail(f) -> str:
@@ -148,20 +173,15 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
             f"({report.semantics}): no rank stuck in the recorded ops, but the recording is incomplete"
         )
     rows = [(f.kind, ranks_text(f.culprit_ranks), escape(f.message)) for f in report.findings]
+
+    def compact(row: tuple[str, ...]) -> None:
+        kind, ranks, message = row
+        console.print(f"[bold]{kind}[/] · ranks [red]{escape(ranks)}[/]")
+        console.print(message)
+
+    columns = (("kind", {"wrap": False, "style": "bold"}), ("ranks", {"style": "red"}))
     t = Table(title="root causes", title_justify="left", show_lines=True)
-    _column(t, "kind", [r[0] for r in rows], wrap=False, style="bold")
-    _column(t, "ranks", [r[1] for r in rows], style="red")
-    t.add_column("what happened", ratio=1, min_width=WIDE_TEXT)
-    for r in rows:
-        t.add_row(*r)
-    if _fits(console, t):
-        console.print(t)
-    else:  # compact: a heading line per root cause, then its text at full width
-        console.print("[bold]root causes[/]")
-        for kind, ranks, message in rows:
-            console.print(f"[bold]{kind}[/] · ranks [red]{escape(ranks)}[/]")
-            console.print(message)
-            console.print()
+    _text_table(console, t, columns, rows, compact, compact_title="[bold]root causes[/]")
     cells = [
         (row["what"], row["group"], ranks_text(row["blocked"]), ranks_text(row["missing"])) for row in frontier[:40]
     ]
