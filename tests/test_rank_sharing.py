@@ -170,11 +170,15 @@ def test_plan_applies_only_where_the_program_is_rank_symmetric(tmp_path):
 
     tt = os.path.join(os.path.dirname(__file__), "torchtitan_v0.2.2", "llama3_70b.toml")
     cfg = config_mod.load(tt, world_size=64)
-    plan, why = rank_sharing.plan(cfg, mode="fake", compute="fake", ranks=list(range(64)))
-    # dp 8 x tp 8: one class; the corner 63 and one seeded-random rank (a class of >= 16 ranks)
+    plan, why = rank_sharing.plan(cfg, mode="fake", compute="fake", ranks=list(range(64)), cores=4)
+    # dp 8 x tp 8: one class; the corner 63 and, with a core to spare, one seeded-random rank
     assert why == "" and len(plan.classes) == 1 and plan.classes[0].rep == 0
     assert plan.classes[0].verify[0] == 63 and len(plan.classes[0].verify) == 2
-    assert plan.recorded == rank_sharing.plan(cfg, mode="fake", compute="fake", ranks=list(range(64)))[0].recorded
+    again = rank_sharing.plan(cfg, mode="fake", compute="fake", ranks=list(range(64)), cores=4)[0]
+    assert plan.recorded == again.recorded
+    # 2 cores: rank 0 and its corner fill them; a third rank would add a round
+    two = rank_sharing.plan(cfg, mode="fake", compute="fake", ranks=list(range(64)), cores=2)[0]
+    assert two.recorded == [0, 63] and len(two.classes[0].derive) == 62
     assert len(plan.classes[0].derive) == 61
     assert rank_sharing.plan(cfg, mode="fake", compute="real", ranks=list(range(64)))[0] is None
     assert rank_sharing.plan(cfg, mode="local", compute="fake", ranks=list(range(64)))[0] is None

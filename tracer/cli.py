@@ -218,7 +218,7 @@ def _record_config(
     if share:
         from tracer import rank_sharing
 
-        plan, not_shared = rank_sharing.plan(cfg, mode=mode, compute=used, ranks=rank_list)
+        plan, not_shared = rank_sharing.plan(cfg, mode=mode, compute=used, ranks=rank_list, cores=run["jobs"])
         if plan is None and not_shared.startswith(rank_sharing.UNEVEN):
             typer.echo(f"note: recording every rank: {not_shared}", err=True)
     snapshot = dict(cfg.to_dict(), config_file=path)

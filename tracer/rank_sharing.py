@@ -31,7 +31,9 @@ MIN_WORLD (nothing to save).
 
 Checked at run time, not assumed: besides the representative (coordinate 0 of every non-pp
 dim), every class records its mesh corner (the last coordinate of every dim) and, when the
-class has at least LARGE ranks, one seeded-random rank; each is compared with its derived part
+class has at least LARGE ranks and a core would otherwise sit idle while the others record, one
+seeded-random rank (it then costs no wall time: all recorded ranks run in one round); each is
+compared with its derived part
 on every column but timestamps, group table included. A difference records that class's
 ranks in full (with pipeline parallel, every class: stages exchange shapes at set-up).
 """
@@ -47,6 +49,7 @@ import numpy as np
 from traceformat.format import TraceData
 from traceformat.reader import read_trace
 from traceformat.relabel import RelabelError, difference, relabel
+from traceformat.workers import cpu_count
 
 PART = "rank_{:05d}.part"
 
@@ -54,7 +57,8 @@ UNEVEN = "shapes differ across ranks"
 MIN_WORLD = 8
 """Sharing is on from this many ranks (below, recording every rank costs little)."""
 LARGE = 16
-"""A class of at least this many ranks is also verified on a seeded-random rank."""
+"""A class of at least this many ranks is also verified on a seeded-random rank, when the cores
+leave room for it (see plan)."""
 DIMS = ("pp", "dp_replicate", "fsdp", "tp")
 """The dense mesh's dims, outermost first (tracer/workloads/mesh.py)."""
 
@@ -145,8 +149,11 @@ def uneven(cfg) -> str:
     return ""
 
 
-def plan(cfg, *, mode: str, compute: str, ranks: list[int]) -> tuple[SharePlan | None, str]:
-    """(plan, '') where sharing applies to this recording, else (None, why not)."""
+def plan(cfg, *, mode: str, compute: str, ranks: list[int], cores: int | None = None) -> tuple[SharePlan | None, str]:
+    """(plan, '') where sharing applies to this recording, else (None, why not). `cores`: how many
+    ranks record at once (default: this machine's cores); the seeded-random verification rank is
+    added only when it fits in the same round as the representatives and corners, so that
+    verifying more never makes the recording slower (2 cores, one class: rank 0 and its corner)."""
     p = cfg.parallelism
     if not cfg.builtin:
         return None, "a user program may depend on its rank"
@@ -172,7 +179,9 @@ def plan(cfg, *, mode: str, compute: str, ranks: list[int]) -> tuple[SharePlan |
     inner = shape.world // shape.sizes[0]
     corner = shape.rank((0, *(s - 1 for s in shape.sizes[1:])))
     offsets = [corner] if corner else []
-    if inner >= LARGE:  # the same offset on every stage: a verifier's pipeline peers are verifiers too
+    stages = shape.sizes[0]
+    room = (cores or cpu_count()) >= stages * (len(offsets) + 2)
+    if inner >= LARGE and room:  # the same offset on every stage: a verifier's pipeline peers are verifiers too
         offsets.append(random.Random(cfg.world_size).choice([o for o in range(1, inner) if o != corner]))
     asked = set(ranks)
     share = SharePlan(shape=shape)
