@@ -22,6 +22,7 @@ which numpy reads without a Python loop per event. v1 files (plain blocks) are s
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass, field
 from enum import Enum
@@ -177,13 +178,28 @@ class AtomTable:
 class TraceWriter:
     """Appends records to a trace. Each record (an event with the atoms it introduced) is one
     write(), so a killed process leaves every record it finished and at most one partial record
-    at the tail."""
+    at the tail.
 
-    def __init__(self, path: str | os.PathLike, header: dict):
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    `mapped` (a recorder's part file): records are copied into a shared memory map of the file
+    instead of one write() syscall each. The pages belong to the kernel's page cache, so a
+    SIGKILLed or hung-then-killed process loses nothing it copied, as with write(). The file
+    grows in MAP_WINDOW steps and is cut to its real length on close; a process that never
+    closes leaves zero padding after its last record. A record's first byte is stored last, so
+    an unfinished record begins with a zero byte, which the reader takes as the end (no record
+    of this format starts with one: every record is a map)."""
+
+    MAP_WINDOW = 4 << 20
+
+    def __init__(self, path: str | os.PathLike, header: dict, *, mapped: bool = False):
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self._atoms = AtomTable()
         self._flushed = 0  # atoms written so far
         self._packer = msgpack.Packer(use_bin_type=True)
+        self._map: mmap.mmap | None = None
+        self._pos = 0  # file offset of the next record (mapped)
+        self._base = 0  # file offset where the map window starts
+        self._end = 0  # file offset where the map window ends
+        self._mapped = mapped
         # what this writer writes (version, columns), whatever was read
         self._write(dict(header, version=list(VERSION), columns=[list(c) for c in COLUMNS]))
 
@@ -191,9 +207,31 @@ class TraceWriter:
         self._write_bytes(self._packer.pack(record))
 
     def _write_bytes(self, data: bytes) -> None:
+        if self._mapped:
+            n = len(data)
+            pos = self._pos
+            if pos + n > self._end:
+                self._remap(n)
+            at = pos - self._base
+            m = self._map
+            m[at + 1 : at + n] = memoryview(data)[1:]  # type: ignore[index]
+            m[at] = data[0]  # type: ignore[index]  # last: the record is complete once this is set
+            self._pos = pos + n
+            return
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
+
+    def _remap(self, need: int) -> None:
+        """Map a new window that starts at the page holding the next record and holds `need`
+        bytes, growing the file to its end (the old window's pages stay in the page cache)."""
+        base = self._pos - self._pos % mmap.ALLOCATIONGRANULARITY
+        end = base + max(self.MAP_WINDOW, self._pos - base + need)
+        os.ftruncate(self._fd, end)
+        window = mmap.mmap(self._fd, end - base, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
+        if self._map is not None:
+            self._map.close()
+        self._map, self._base, self._end = window, base, end
 
     def atom(self, value: Any) -> int:
         """Intern a msgpack-able value; returns its id. None is -1."""
@@ -253,6 +291,11 @@ class TraceWriter:
 
     def close(self) -> None:
         if self._fd >= 0:
+            if self._map is not None:
+                self._map.close()
+                self._map = None
+            if self._mapped:
+                os.ftruncate(self._fd, self._pos)  # drop the zero padding past the last record
             os.close(self._fd)
             self._fd = -1
 

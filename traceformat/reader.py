@@ -116,6 +116,11 @@ def read_trace(path: str | os.PathLike) -> TraceData:
         offset = 0
         try:
             for rec in unpacker:
+                if rec == 0 and type(rec) is int and trace is not None:
+                    # a zero byte where a record starts: the unfinished tail of a memory-mapped
+                    # part (a process killed before closing; see TraceWriter), not a record
+                    trace.truncated_at = offset
+                    break
                 if trace is None:
                     trace = TraceData(header=_check_header(rec, source))
                     layout = _layout(trace.header, source)

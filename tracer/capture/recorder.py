@@ -63,7 +63,7 @@ class RankStream:
     def __init__(self, rank: int, path: str, header: dict):
         self.rank = rank
         self.path = path
-        self.writer = fmt.TraceWriter(path, header)
+        self.writer = fmt.TraceWriter(path, header, mapped=True)
         self.n = 0
         self.gids: dict[GroupRef, int] = {}
         self.seq: dict[Any, int] = defaultdict(int)
