@@ -183,7 +183,7 @@ class TraceWriter:
     `mapped` (a recorder's part file): records are copied into a shared memory map of the file
     instead of one write() syscall each. The pages belong to the kernel's page cache, so a
     SIGKILLed or hung-then-killed process loses nothing it copied, as with write(). The file
-    grows in MAP_WINDOW steps and is cut to its real length on close; a process that never
+    grows in MAP_WINDOW steps (allocated) and is cut to its real length on close; a process that never
     closes leaves zero padding after its last record. A record's first byte is stored last, so
     an unfinished record begins with a zero byte, which the reader takes as the end (no record
     of this format starts with one: every record is a map)."""
@@ -227,7 +227,8 @@ class TraceWriter:
         bytes, growing the file to its end (the old window's pages stay in the page cache)."""
         base = self._pos - self._pos % mmap.ALLOCATIONGRANULARITY
         end = base + max(self.MAP_WINDOW, self._pos - base + need)
-        os.ftruncate(self._fd, end)
+        # allocated, not a sparse hole: a full disk fails here with OSError, not as SIGBUS on a copy
+        os.posix_fallocate(self._fd, base, end - base)
         window = mmap.mmap(self._fd, end - base, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
         if self._map is not None:
             self._map.close()
