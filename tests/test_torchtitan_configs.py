@@ -114,13 +114,7 @@ def test_llama3_70b_block_all_gathers_carry_the_blocks_parameters_in_bf16(tmp_pa
 
     from analyzer.loader import load
 
-    text = open(os.path.join(TT, "llama3_70b.toml")).read()
-    assert 'flavor = "70B"\n' in text
-    toml = tmp_path / "llama3_70b_1block.toml"
-    toml.write_text(text.replace('flavor = "70B"\n', 'flavor = "70B"\nn_layers = 1\n'))
-    out = tmp_path / "70b.trace"
-    p = run_tracer("tracer", "record", str(toml), "-n", "16", "--ranks", "0", "-o", str(out))
-    assert p.returncode == 0, p.stderr
+    p, out = record_one_block(tmp_path, "llama3_70b.toml", "70B")
     assert "peak memory per recording process: max" in p.stderr
     linears = 2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672
     assert linears + 2 * 8192 == 855_654_400
@@ -189,3 +183,16 @@ def test_llama4_config_is_one_line_where_torchtitan_has_no_llama4(capsys):
     assert e.value.exit_code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.name 'llama4': TorchTitan" in err[0] and "has no such model" in err[0], err
+
+
+def record_one_block(tmp_path, toml_name: str, flavor: str):
+    """Record a shipped preset unchanged but for one block (n_layers next to its flavor), at
+    -n 16 (dp 2 x tp 8), rank 0 only; returns (the finished process, the trace's path)."""
+    text = open(os.path.join(TT, toml_name)).read()
+    assert f'flavor = "{flavor}"\n' in text
+    toml = tmp_path / toml_name.replace(".toml", "_1block.toml")
+    toml.write_text(text.replace(f'flavor = "{flavor}"\n', f'flavor = "{flavor}"\nn_layers = 1\n'))
+    out = tmp_path / toml_name.replace(".toml", ".trace")
+    p = run_tracer("tracer", "record", str(toml), "-n", "16", "--ranks", "0", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    return p, out

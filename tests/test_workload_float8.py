@@ -8,7 +8,7 @@ import os
 import pytest
 import tomllib
 from conftest import stream
-from test_torchtitan_configs import TT
+from test_torchtitan_configs import TT, record_one_block
 from test_workload_config import one_line_error, run_tracer
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao not installed")
@@ -156,11 +156,7 @@ def test_405b_preset_records_with_float8_and_async_tp(tmp_path):
 
     text = open(os.path.join(TT, "llama3_405b.toml")).read()
     assert 'converters = ["float8"]' in text and "enable_async_tensor_parallel = true" in text
-    toml = tmp_path / "llama3_405b_1block.toml"
-    toml.write_text(text.replace('flavor = "405B"\n', 'flavor = "405B"\nn_layers = 1\n'))
-    out = tmp_path / "405b.trace"
-    p = run_tracer("tracer", "record", str(toml), "-n", "16", "--ranks", "0", "-o", str(out))
-    assert p.returncode == 0, p.stderr
+    p, out = record_one_block(tmp_path, "llama3_405b.toml", "405B")
     assert "note: async TP: TorchTitan v0.2.2 sets inductor's _micro_pipeline_tp" in p.stderr
     f = facts(load(str(out)), 0)
     block = [x for x in f if x[3] == "all_gather_into_tensor" and x[2] == "fsdp" and x[4] == "uint8"]
