@@ -14,7 +14,7 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from traceformat import format as fmt
-    fmt.TraceWriter.MAP_WINDOW = 4096  # many windows: records cross window boundaries
+    fmt.TraceWriter.FIRST_WINDOW = fmt.TraceWriter.MAP_WINDOW = 4096  # many windows: records cross their boundaries
     w = fmt.TraceWriter(sys.argv[1], fmt.make_header(world_size=2, ranks=[0], mode="fake"), mapped=True)
     w.group(0, "default_pg", [0, 1], "world")
     for i in range(int(sys.argv[2])):

@@ -45,11 +45,17 @@ class Attribution:
         self._backward_module = ""
         self._names: dict[int, str] = {}  # id(module) -> FQN (modules outlive the recording)
         self._children: dict[int, dict[int, str]] = {}
-        self._user_code: dict[CodeType, str | None] = {}
+        # id(code) -> "path:{} in name" template, None for code that is not the user's; keyed by
+        # id: hashing a code object hashes its constants on every lookup (a big torch function
+        # cost microseconds a frame). The code objects are kept alive so no id is reused.
+        self._user_code: dict[int, str | None] = {}
+        self._codes: list[CodeType] = []
+        self._lines: dict[tuple[int, int], str] = {}  # (id(code), f_lasti) -> "path:line in name"
         self._handles: list = []
         self.owners: list[str] = []
         self._mods: list = []
         self._parent_mod = None
+        self._markers: dict[str, Any] = {}  # FQN -> its backward prehook (one per module, not per call)
 
     def install(self) -> None:
         self._handles = [
@@ -104,9 +110,12 @@ class Attribution:
         )
         fn = getattr(t, "grad_fn", None)
         if fn is not None:
-            fn.register_prehook(lambda grads, _name=name: self._entered_backward(_name))
+            marker = self._markers.get(name)
+            if marker is None:
+                marker = self._markers[name] = functools.partial(self._entered_backward, name)
+            fn.register_prehook(marker)
 
-    def _entered_backward(self, name: str) -> None:
+    def _entered_backward(self, name: str, grads=None) -> None:
         self._backward_module = name
 
     def _opt_pre(self, *_):
@@ -162,13 +171,20 @@ class Attribution:
         """The innermost frame outside torch, commtrace and the standard library, wherever it
         lives: the program, or a library it calls into (TorchTitan installed from pip included)."""
         f: FrameType | None = sys._getframe(1)
+        known = self._user_code
         while f is not None:
             code = f.f_code
-            where: str | int | None = self._user_code.get(code, 0)
+            where = known.get(id(code), 0)
             if where == 0:
-                where = self._user_code[code] = self._describe(code)
+                where = known[id(code)] = self._describe(code)
+                self._codes.append(code)
             if isinstance(where, str):
-                return where.format(f.f_lineno)
+                # f_lineno decodes the line table; the bytecode offset names the same line
+                key = (id(code), f.f_lasti)
+                line = self._lines.get(key)
+                if line is None:
+                    line = self._lines[key] = where.format(f.f_lineno)
+                return line
             f = f.f_back
         return ""
 

@@ -31,11 +31,18 @@ _HOLDERS: dict[int, list] = {}
 whole process: a recording forked from the fork server (tracer/executors/local.py preloads
 tracer.capture.preloaded, which scans) starts with it, instead of scanning ~150 modules (~9 ms)."""
 _SCANNED: set[str] = set()
+_SCANNED_AT: list[tuple[int, str | None]] = [(0, None)]
 
 
 def index_loaded_modules() -> dict[int, list]:
     """Add the torch.distributed modules imported since the last call to _HOLDERS. Entries may
     be stale (an attribute rebound since): everywhere() checks each one before replacing it."""
+    # nothing imported since the last scan (install calls this ~13 times): the same number of
+    # modules and the same newest one (sys.modules keeps insertion order)
+    mark = (len(sys.modules), next(reversed(sys.modules), None))
+    if mark == _SCANNED_AT[0]:
+        return _HOLDERS
+    _SCANNED_AT[0] = mark
     for mod_name in sys.modules.keys() - _SCANNED:  # a set difference: ~3,000 names, at C speed
         _SCANNED.add(mod_name)
         mod = sys.modules.get(mod_name)

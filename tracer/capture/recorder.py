@@ -35,6 +35,18 @@ class GroupRef:
     name: str
     ranks: tuple[int, ...]
     desc: str
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # hashed once: events look their group up by it, and hashing the member tuple on every
+        # event costs microseconds for a group of thousands of ranks
+        object.__setattr__(self, "_hash", hash((self.name, self.ranks, self.desc)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):  # hashed again where unpickled: str hashes differ between processes
+        return (GroupRef, (self.name, self.ranks, self.desc))
 
 
 @dataclass(slots=True)
@@ -53,8 +65,19 @@ class Call:
     async_op: bool = False
 
 
+_AT = fmt.COLUMN_AT
+_OP, _GROUP, _MODULE, _PHASE, _STEP, _FRAME, _PARENT, _BATCH, _TS = (
+    _AT[name] for name in ("op", "group", "module", "phase", "step", "frame", "parent", "batch", "ts")
+)
+_ATOM_VALUES = ("dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info")  # given by value, stored as ids
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
 def tensor_dtype(t) -> str:
-    return str(t.dtype).removeprefix("torch.")
+    name = _DTYPE_NAMES.get(t.dtype)
+    if name is None:
+        name = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
+    return name
 
 
 class RankStream:
@@ -119,6 +142,7 @@ class Recorder:
         self._batch = -1
         self._batches = 0
         self._pg_refs: dict[int, GroupRef] = {}
+        self._members_here: dict[GroupRef, list[int]] = {}
         # group creations seen, for finding a LocalTensor group's siblings: (desc, ranks) -> names
         self.created: dict[tuple[str, tuple[int, ...]], list[str]] = defaultdict(list)
         # per-rank view of a value: identity in fake mode, the rank's shard in local mode
@@ -142,6 +166,14 @@ class Recorder:
         for r in on_ranks if on_ranks is not None else self.ranks:
             self.event(r, op, g, where, info=dict(info or {}, member=r in g.ranks))
 
+    def members_here(self, g: GroupRef) -> list[int]:
+        """The members of `g` this process records, in group order (cached per GroupRef: a
+        fake-mode rank in a 1,024-rank group looks at one rank per event, not 1,024)."""
+        here = self._members_here.get(g)
+        if here is None:
+            here = self._members_here[g] = [r for r in g.ranks if r in self.streams]
+        return here
+
     # ---- events -------------------------------------------------------------------------
     def where(self) -> tuple[str, str, int, str]:
         """(module, phase, step, frame) of the op being recorded; computed once per call."""
@@ -159,21 +191,25 @@ class Recorder:
             pair = (rank, values["peer"]) if op == "send" else (values["peer"], rank)
             values["seq"] = s.seq[(gid, pair)]
             s.seq[(gid, pair)] += 1
-        for name in ("dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info"):
+        # the row filled by index: on the path of every event (fmt.default_row's keywords cost
+        # a dict and a loop more)
+        row = fmt.empty_row()
+        atom = w.atom
+        for name, value in values.items():
+            row[_AT[name]] = value
+        for name in _ATOM_VALUES:  # interned in this order: atom ids are part of a golden's bytes
             if name in values:
-                values[name] = w.atom(values[name])
-        row = fmt.default_row(
-            op=w.atom(op),
-            group=gid,
-            module=w.atom(module),
-            phase=w.atom(phase),
-            step=step,
-            frame=w.atom(frame),
-            parent=s.parents[-1] if s.parents else -1,
-            batch=self._batch,
-            ts=time.perf_counter() - s.t0,
-            **values,
-        )
+                row[_AT[name]] = atom(values[name])
+        row[_OP] = atom(op)
+        row[_GROUP] = gid
+        row[_MODULE] = atom(module)
+        row[_PHASE] = atom(phase)
+        row[_STEP] = step
+        row[_FRAME] = atom(frame)
+        if s.parents:
+            row[_PARENT] = s.parents[-1]
+        row[_BATCH] = self._batch
+        row[_TS] = time.perf_counter() - s.t0
         w.row(rank, row)
         s.n += 1
         return s.n - 1
@@ -184,9 +220,7 @@ class Recorder:
         where = self.where()
         mapped = self.view is not own_view
         for g in self.siblings(call.pg, self.group_ref(call.pg)):
-            for r in g.ranks:
-                if r not in self.streams:
-                    continue
+            for r in self.members_here(g):
                 if mapped:
                     ins = [self.view(t, r) for t in call.inputs]
                     outs = [self.view(t, r) for t in call.outputs]
