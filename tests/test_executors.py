@@ -1,11 +1,12 @@
 """Executors: Ray tasks record what the local process pool records, and report failed or hung
-ranks the same way; a recording sharded with --ranks joins into the full one with `tracer merge`."""
+ranks the same way; a recording sharded with --ranks joins into the full one with `tracer merge`;
+a rank asked for alone gets the peers it waits on run too (helpers, not in the trace)."""
 
 import os
 
 import pytest
 import ray  # the `test` extra installs it
-from conftest import program, stream
+from conftest import REPO, program, sig, stream
 from test_workload_config import run_tracer
 
 from analyzer.loader import load
@@ -99,3 +100,26 @@ def test_shards_recorded_with_ranks_merge_into_the_full_recording(tmp_path):
     assert clash.returncode == 2 and "rank 0 is in both a.trace and all.trace" in clash.stderr
     none = run_tracer("tracer", "merge", "nothing", "-o", "x.trace", cwd=tmp_path)
     assert none.returncode == 2 and "nothing: no such file or folder" in none.stderr
+
+
+def test_a_pipeline_rank_recorded_alone_runs_the_peer_it_waits_on(tmp_path):
+    # pp 2 x fsdp 2 x tp 2: rank 5 is on stage 1 and waits for stage 0's shapes from rank 1,
+    # which nobody asked for; it used to wait for ever. Rank 1 is run too, not put in the trace.
+    example = os.path.join(REPO, "examples", "fsdp_tp_pp_1f1b.toml")
+    p = run_tracer("tracer", "record", example, "--ranks", "5", "-o", "r5.trace", cwd=tmp_path, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert "also ran rank 1, not asked for" in p.stdout + p.stderr
+    alone, full = load(tmp_path / "r5.trace"), load(os.path.join(REPO, "traces", "fsdp_tp_pp_1f1b.trace"))
+    assert alone.ranks == [5]
+    assert [sig(e) for e in stream(alone, 5)] == [sig(e) for e in stream(full, 5)]
+    assert not os.path.exists(tmp_path / "r5.trace.parts")
+
+
+def test_ray_executor_runs_the_awaited_peers_too(local_ray, recorded, tmp_path):
+    # torch.distributed.pipelining's stock 1F1B: the last stage (rank 3) waits for the shapes
+    # stage 2 sends, which waits for stage 1's, ...: ranks 0-2 are run as helpers
+    res = _record("pp_schedules", tmp_path / "ray.trace", executor="ray", ranks=[3])
+    assert res.errors == {} and any("also ran ranks 0, 1, 2, not asked for" in n for n in res.notes)
+    alone = load(tmp_path / "ray.trace")
+    assert alone.ranks == [3]
+    _same(load(recorded("pp_schedules", 4)[0]), alone, [3])

@@ -178,8 +178,15 @@ def record(
         todo = [Job(ranks=ranks, **common)]
     start = time.perf_counter()
     result = RecordResult(out=out, ranks=ranks)
+    helpers: list[int] = []  # ranks the asked ones waited on, run too and left out of the trace
     run = lambda js: executors.run(
-        executor, js, workers=workers, timeout=timeout, progress=progress, ray_address=ray_address
+        executor,
+        js,
+        workers=workers,
+        timeout=timeout,
+        progress=progress,
+        ray_address=ray_address,
+        helpers=helpers if mode == "fake" else None,
     )
     try:
         outcomes = run(todo)
@@ -204,10 +211,13 @@ def record(
     try:
         if again:  # fake compute met a tensor value: those ranks again, computing for real
             _note_fallback(result, [todo[i] for i in again])
-            channel.forget_done(channel.channel_dir(parts_dir), [r for i in again for r in todo[i].ranks])
+            # helpers too: one that stopped for real compute is started again (with it) when awaited
+            channel.forget_done(channel.channel_dir(parts_dir), [r for i in again for r in todo[i].ranks] + helpers)
             redo = [Job(ranks=todo[i].ranks, compute="real", **common) for i in again]
             for i, job, code in zip(again, redo, run(redo)):
                 todo[i], outcomes[i] = job, code
+        if helpers:
+            result.notes.append(_helpers_note(sorted(set(helpers) - set(ranks))))
         result.compute = {r: job.compute for job in todo for r in job.ranks}
         result.peak_rss = executors.read_peaks(todo)  # a rank recorded again: its second process
         recorded = {r for job in todo for r in job.ranks}
@@ -250,6 +260,14 @@ def record(
     if not result.errors:
         shutil.rmtree(parts_dir, ignore_errors=True)
     return result
+
+
+def _helpers_note(extra: list[int]) -> str:
+    words = f"rank{'s' if len(extra) > 1 else ''} {', '.join(map(str, extra))}"
+    return (
+        f"also ran {words}, not asked for: the asked ranks wait for {'their' if len(extra) > 1 else 'its'} "
+        f"messages (pipeline shapes, objects); not in the trace"
+    )
 
 
 def _rank_status(todo: list[Job], outcomes: list, timeout: float | None) -> dict[int, dict]:

@@ -13,6 +13,7 @@ a one-line string saying why it never ran (e.g. a Ray task error).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -59,20 +60,49 @@ def read_peaks(jobs: list[Job]) -> dict[int, int]:
     return peaks
 
 
+def helper_jobs(jobs: list[Job], blocked: dict[int, int], have: set[int]) -> list[Job]:
+    """Helper jobs for the ranks that a recording rank waits on (channel.py: an object, or
+    pipelining's shapes) and that no job records: a rank asked for alone (`--ranks 5` of a
+    pipeline) would otherwise wait forever for its stage-0 peer. `blocked`: {rank: the rank it
+    waits for}; `have`: the ranks some job records (updated). A helper is the waiting rank's
+    job for the awaited rank; it is recorded like a verification rank and left out of the
+    trace. Fake mode only (one rank per job: local mode has no channel)."""
+    by_rank = {j.ranks[0]: j for j in jobs if len(j.ranks) == 1 and j.mode == "fake"}
+    out = []
+    for rank, sender in sorted(blocked.items()):
+        job = by_rank.get(rank)
+        if job is None or sender in have or not 0 <= sender < job.world_size:
+            continue
+        have.add(sender)
+        out.append(dataclasses.replace(job, ranks=[sender]))
+    return out
+
+
 def run(
-    name: str, jobs: list[Job], *, workers: int, timeout: float | None, progress: bool, ray_address: str | None = None
+    name: str,
+    jobs: list[Job],
+    *,
+    workers: int,
+    timeout: float | None,
+    progress: bool,
+    ray_address: str | None = None,
+    helpers: list[int] | None = None,
 ) -> list:
-    """Run `jobs` on executor `name`; one outcome per job, in order."""
+    """Run `jobs` on executor `name`; one outcome per job, in order. `helpers` (fake mode): start
+    the ranks the jobs wait on and nobody records (see helper_jobs), append their ranks to it, and
+    stop them once every job finished."""
     bar = Progress(progress, sum(len(j.ranks) for j in jobs))
     try:
         if name == "local":
             from tracer.executors import local
 
-            return local.run(jobs, workers=workers, timeout=timeout, bar=bar)
+            return local.run(jobs, workers=workers, timeout=timeout, bar=bar, helpers=helpers)
         if name == "ray":
             from tracer.executors import ray_cluster
 
-            return ray_cluster.run(jobs, workers=workers, timeout=timeout, bar=bar, address=ray_address)
+            return ray_cluster.run(
+                jobs, workers=workers, timeout=timeout, bar=bar, address=ray_address, helpers=helpers
+            )
         raise ValueError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
     finally:
         bar.close()

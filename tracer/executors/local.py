@@ -17,7 +17,7 @@ import time
 
 from traceformat.workers import context
 from tracer.capture.channel import blocked_ranks, channel_dir
-from tracer.executors import Progress, log_path, own_peak_bytes, peak_path
+from tracer.executors import Progress, helper_jobs, log_path, own_peak_bytes, peak_path
 from tracer.modes.run import Job
 
 # imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take
@@ -61,20 +61,40 @@ def _child(job: Job, log: str) -> None:
     os._exit(code)
 
 
-def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress | None = None) -> list:
-    """Run every job in its own process, `workers` at a time; outcome per job (see __init__)."""
+def run(
+    jobs: list[Job],
+    *,
+    workers: int,
+    timeout: float | None,
+    bar: Progress | None = None,
+    helpers: list[int] | None = None,
+) -> list:
+    """Run every job in its own process, `workers` at a time; outcome per job (see __init__).
+    `helpers`: start awaited ranks nobody records (executors.helper_jobs), append their ranks to it,
+    kill them once every job finished."""
     ctx = context(_PRELOAD)
+    asked = len(jobs)
+    jobs = list(jobs)
     codes: list = [None] * len(jobs)
     running: dict[int, tuple] = {}
     pending = list(range(len(jobs)))
     folder = channel_dir(jobs[0].parts_dir) if jobs else ""
+    have = {r for job in jobs for r in job.ranks}
     last = time.monotonic()
     try:
         while pending or running:
             # a rank waiting for a peer's object (channel.py) gives its core to the next rank
             # (the peer it waits on may not have started yet), and its waiting time does not
             # count towards --timeout: it times out itself, naming whom it waits for
-            blocked = blocked_ranks(folder) if pending or timeout else {}
+            blocked = blocked_ranks(folder) if pending or timeout or helpers is not None else {}
+            if helpers is not None:
+                if all(code is not None for code in codes[:asked]):
+                    break  # the helpers still running are of no use to anyone now (killed below)
+                for job in helper_jobs(jobs, blocked, have):
+                    jobs.append(job)
+                    codes.append(None)
+                    pending.insert(0, len(jobs) - 1)
+                    helpers.append(job.ranks[0])
             waiting = {i for i in running if jobs[i].ranks[0] in blocked and len(jobs[i].ranks) == 1}
             if waiting and pending:  # start the ranks they wait for first: fewer ranks alive at once
                 awaited = set(blocked.values())
@@ -100,10 +120,10 @@ def run(jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress |
                 else:
                     continue
                 del running[i]
-                if bar is not None:
+                if bar is not None and i < asked:
                     bar.advance(len(jobs[i].ranks))
     finally:
         for proc, _ in running.values():
             proc.kill()
             proc.join()
-    return codes
+    return codes[:asked]

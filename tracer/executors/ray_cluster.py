@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tracer.executors import Progress
+from tracer.capture.channel import blocked_ranks, channel_dir
+from tracer.executors import Progress, helper_jobs
 from tracer.modes.run import Job
 
 
@@ -32,7 +33,13 @@ def _task(job: Job, timeout: float | None):
 
 
 def run(
-    jobs: list[Job], *, workers: int, timeout: float | None, bar: Progress | None = None, address: str | None = None
+    jobs: list[Job],
+    *,
+    workers: int,
+    timeout: float | None,
+    bar: Progress | None = None,
+    address: str | None = None,
+    helpers: list[int] | None = None,
 ) -> list:
     try:
         import ray
@@ -55,7 +62,18 @@ def run(
         refs = {remote.remote(job, timeout): i for i, job in enumerate(jobs)}
         outcomes: list = [None] * len(jobs)
         pending = list(refs)
+        folder = channel_dir(jobs[0].parts_dir) if jobs else ""
+        have = {r for job in jobs for r in job.ranks}
+        extra: list = []  # helper tasks (executors.helper_jobs): cancelled once every job finished
+        everyone = list(jobs)  # a helper may wait on a rank nobody runs either
         while pending:
+            if helpers is not None:
+                for job in helper_jobs(everyone, blocked_ranks(folder), have):
+                    everyone.append(job)
+                    # no CPU asked: the ranks waiting on it hold theirs (they only poll), and a
+                    # chain of stages longer than the cluster's CPUs would otherwise never start
+                    extra.append(remote.options(num_cpus=0).remote(job, timeout))
+                    helpers.append(job.ranks[0])
             # whatever finished within the half second, not one by one: 100k refs stay cheap
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5, fetch_local=False)
             for ref in done:
@@ -66,6 +84,8 @@ def run(
                     outcomes[i] = f"ray task failed: {type(e).__name__}: {_one_line(e)}"
                 if bar is not None:
                     bar.advance(len(jobs[i].ranks))
+        for ref in extra:
+            ray.cancel(ref, force=True)
         return outcomes
     finally:
         if started:
