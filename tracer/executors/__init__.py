@@ -60,11 +60,13 @@ def read_peaks(jobs: list[Job]) -> dict[int, int]:
     return peaks
 
 
-def helper_jobs(jobs: list[Job], blocked: dict[int, int], have: set[int]) -> list[Job]:
+def helper_jobs(jobs: list[Job], blocked: dict[int, int], have: set[int], folder: str) -> list[Job]:
     """Helper jobs for the ranks that a recording rank waits on (channel.py: an object, or
     pipelining's shapes) and that no job records: a rank asked for alone (`--ranks 5` of a
     pipeline) would otherwise wait forever for its stage-0 peer. `blocked`: {rank: the rank it
-    waits for}; `have`: the ranks some job records (updated). A helper is the waiting rank's
+    waits for}; `have`: the ranks some job records (updated); `folder`: the channel's (a rank
+    that already ran, in an earlier round, is not run again: its waiter fails by itself,
+    naming it, and its part stays as it was). A helper is the waiting rank's
     job for the awaited rank; it is recorded like a verification rank and left out of the
     trace. Fake mode only (one rank per job: local mode has no channel)."""
     by_rank = {j.ranks[0]: j for j in jobs if len(j.ranks) == 1 and j.mode == "fake"}
@@ -72,6 +74,8 @@ def helper_jobs(jobs: list[Job], blocked: dict[int, int], have: set[int]) -> lis
     for rank, sender in sorted(blocked.items()):
         job = by_rank.get(rank)
         if job is None or sender in have or not 0 <= sender < job.world_size:
+            continue
+        if os.path.exists(os.path.join(folder, "done", str(sender))):
             continue
         have.add(sender)
         out.append(dataclasses.replace(job, ranks=[sender]))

@@ -90,7 +90,7 @@ def run(
             if helpers is not None:
                 if all(code is not None for code in codes[:asked]):
                     break  # the helpers still running are of no use to anyone now (killed below)
-                for job in helper_jobs(jobs, blocked, have):
+                for job in helper_jobs(jobs, blocked, have, folder):
                     jobs.append(job)
                     codes.append(None)
                     pending.insert(0, len(jobs) - 1)

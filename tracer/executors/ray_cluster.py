@@ -68,7 +68,7 @@ def run(
         everyone = list(jobs)  # a helper may wait on a rank nobody runs either
         while pending:
             if helpers is not None:
-                for job in helper_jobs(everyone, blocked_ranks(folder), have):
+                for job in helper_jobs(everyone, blocked_ranks(folder), have, folder):
                     everyone.append(job)
                     # no CPU asked: the ranks waiting on it hold theirs (they only poll), and a
                     # chain of stages longer than the cluster's CPUs would otherwise never start
