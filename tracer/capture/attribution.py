@@ -127,7 +127,10 @@ class Attribution:
             self.step += 1
 
     def where(self) -> tuple[str, str, int, str]:
-        """(module, phase, step, frame): module() + phase() + frame() with one look at autograd."""
+        """(module, phase, step, frame) with one look at autograd. module: the FQN of the
+        innermost active module, relative to its root ("" outside any module); an owner set by a
+        hook that knows better (FSDP's param group) wins, and in backward it is the module whose
+        backward autograd entered last. phase: optimizer, backward, forward or other."""
         backward = torch._C._current_graph_task_id() != -1
         if self.owners:
             module = self.owners[-1]
@@ -138,17 +141,6 @@ class Attribution:
         phase = "optimizer" if self.in_optimizer else "backward" if backward else "forward" if self._stack else "other"
         return module, phase, self.step, self.frame()
 
-    def module(self) -> str:
-        """FQN of the innermost active module, relative to its root ("" outside any module).
-        An owner set by a hook that knows better (FSDP's param group) wins."""
-        if self.owners:
-            return self.owners[-1]
-        if self._stack:
-            return self._stack[-1]
-        if torch._C._current_graph_task_id() != -1:
-            return self._backward_module
-        return ""
-
     @contextlib.contextmanager
     def owning(self, fqn: str):
         """Ops inside belong to module `fqn` (e.g. the FSDP unit whose parameters they move)."""
@@ -157,15 +149,6 @@ class Attribution:
             yield
         finally:
             self.owners.pop()
-
-    def phase(self) -> str:
-        if self.in_optimizer:
-            return "optimizer"
-        if torch._C._current_graph_task_id() != -1:
-            return "backward"
-        if self._stack:
-            return "forward"
-        return "other"
 
     def frame(self) -> str:
         """The innermost frame outside torch, commtrace and the standard library, wherever it
