@@ -84,7 +84,7 @@ class TraceFormatError(ValueError):
 
 def default_row(**values: Any) -> list:
     """A row in COLUMNS order with defaults for what the caller does not set (names that are not
-    columns are ignored). On the recorder's path for every event: a copy and a few stores."""
+    columns are ignored). The recorder fills empty_row() by index instead (its hot path)."""
     row = empty_row()
     at = COLUMN_AT
     for name, value in values.items():
