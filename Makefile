@@ -5,20 +5,27 @@
 #   make lint   ruff (lint + format check) and mypy over traceformat/ tracer/ analyzer/
 #   make golden          re-record the examples and diff them against traces/ (tracer golden check)
 #   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
-# Each creates .venv and installs torch==2.13.0 (CPU wheel) first when needed: an unpinned
-# torch can pull a multi-GB CUDA build.
+# Each creates .venv first when needed: torch==2.13.0, then the project with its test,
+# torchtitan and float8 extras (README, "Set-up": what that is and how big).
+#
+# TORCH_INDEX: the package index the torch line (only that line) installs from. Empty (the
+# default): whatever pip is configured with; PyPI's torch 2.13.0 for Linux x86_64 is the CUDA
+# build, which pulls ~20 nvidia-* packages (several GB). For PyTorch's CPU wheel on such a machine:
+#   make TORCH_INDEX=https://download.pytorch.org/whl/cpu test
+# It is read when .venv is made: to change it later, `rm -rf .venv` first.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commtrace-installed
+TORCH_INDEX ?=
 
 .PHONY: demo test lint bench golden golden-update clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q torch==2.13.0$(if $(TORCH_INDEX), --index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q -c constraints-cpu.txt -e '.[test,torchtitan,float8]'
 	touch $(STAMP)
 
