@@ -6,7 +6,7 @@
 #   make golden          re-record the examples and diff them against traces/ (tracer golden check)
 #   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
 # Each creates .venv first when needed: torch==2.13.0, then the project with its test,
-# torchtitan and float8 extras (README, "Set-up": what that is and how big).
+# torchtitan and float8 extras (README, "Two commands": what that is and how big).
 #
 # TORCH_INDEX: the package index the torch line (only that line) installs from. Empty (the
 # default): whatever pip is configured with; PyPI's torch 2.13.0 for Linux x86_64 is the CUDA
