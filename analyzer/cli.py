@@ -391,7 +391,7 @@ class _QuietPipe:
 
 def main() -> None:
     if sys.stdout is not None:
-        sys.stdout = _QuietPipe(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = _QuietPipe(sys.stdout)
     try:
         app()
     except KeyboardInterrupt:

@@ -95,7 +95,8 @@ def trace_header(console: Console, trace: Trace, notes: Sequence[str] = ()) -> N
     """What the trace says it is: a field the source does not know (a Flight Recorder dump names
     no program and no torch version) is left out, not printed as `?`."""
     h = trace.header
-    config = h.get("config") if isinstance(h.get("config"), dict) else {}
+    given = h.get("config")
+    config: dict = given if isinstance(given, dict) else {}
     fields = [f"[bold]{escape(str(config['program']))}[/]"] if config.get("program") else []
     fields.append(f"world size {h['world_size']}")
     if h.get("mode"):
