@@ -5,7 +5,7 @@ them instead of re-checking where it uses them.
 A trace is input like any other: an atom may hold anything msgpack can. Per atom kind, what a
 user would expect of a malformed one:
 
-- a mesh event's info (`dims`, `ranks`, `shape`): only labels a 1-D mesh's group for `diff`
+- a mesh event's info (`dims`, `ranks`, `shape`): only names the group a 1-D mesh reuses
   and shows in reports; the mesh event itself still happened. Set to none (-1) on those events:
   the rest of the trace analyses as before.
 - an all_to_all splits atom (two lists of split sizes): what `check` verifies between peers.

@@ -39,8 +39,6 @@ from traceformat.ops import COMM_OPS, GROUP_OPS, P2P_OPS, ROOTED_OPS
 
 STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}
 """What a rank's comparable stream holds (waits and redistribute markers are implied by these)."""
-MESH_LABELS = ("world",)
-"""Labels of groups that a 1-D DeviceMesh may reuse (torch hands back the default group)."""
 DIM_ALIASES = {"dp_shard": "fsdp", "dp_shard_cp": "fsdp", "dp_shard_in_ep": "ep", "dp_shard_mod_ep": "efsdp"}
 """Mesh dim names that mean the same dim: TorchTitan 0.2's names (and commtrace's before it) ->
 TorchTitan 0.3's (FSDP over `fsdp`, experts over `ep`, their FSDP over `efsdp`)."""
@@ -78,13 +76,10 @@ def group_keys(trace: Trace, aliases: dict[str, str] | None = None) -> pl.DataFr
     """gid -> dim (mesh dim label, or "group" for groups without one) and gkey (dim + size, or
     member offsets for groups without a mesh dim); `aliases` renames dims."""
     aliases = aliases or {}
-    relabel = _one_dim_meshes(trace)
     rows = []
     for g in trace.groups.iter_rows(named=True):
         ranks = list(g["ranks"])
-        label = g["label"] or ""
-        if label in MESH_LABELS and tuple(sorted(ranks)) in relabel:
-            label = relabel[tuple(sorted(ranks))]
+        label = g["label"] or ""  # a default group a 1-D mesh reuses has that dim's name (trace.group_label)
         if label.startswith("group "):  # torch's creation-order name: not comparable across runs
             dim = "group"
             key = "group/" + "".join(f"+{r - ranks[0]}" if r >= ranks[0] else str(r - ranks[0]) for r in ranks)
@@ -93,23 +88,6 @@ def group_keys(trace: Trace, aliases: dict[str, str] | None = None) -> pl.DataFr
             dim, key = label, f"{label}/{len(ranks)}"
         rows.append((g["gid"], dim, key))
     return pl.DataFrame(rows, schema={"gid": pl.Int32, "dim": pl.String, "gkey": pl.String}, orient="row")
-
-
-def _one_dim_meshes(trace: Trace) -> dict[tuple, str]:
-    """Members -> dim name of every 1-D (sub)mesh the trace saw (from the mesh events' info)."""
-    ids = trace.patterns.filter(pl.col("op") == "mesh")["info"].unique().to_list()
-    out: dict[tuple[int, ...], str] = {}
-    for aid in ids:
-        info = trace.atom(aid)  # a mesh info atom, checked at load (analyzer/atoms.py), or None
-        if info is not None and len(info.get("dims", [])) == 1:
-            members = _flat(info.get("ranks", []))
-            if members:
-                out.setdefault(tuple(sorted(members)), info["dims"][0])
-    return out
-
-
-def _flat(x) -> list:
-    return [y for v in x for y in _flat(v)] if isinstance(x, list) else [x]
 
 
 def _atom_text(trace: Trace, column: str) -> pl.Expr:

@@ -159,14 +159,35 @@ def _back(idx: pl.Series, back: pl.Series, name: str) -> pl.Series:
     return pl.Series(name, codec.events_back(idx.to_numpy(), back.to_numpy()).astype(np.int32))
 
 
-def group_label(desc: str, name: str) -> str:
+def group_label(desc: str, name: str, mesh_dim: str | None = None) -> str:
+    """The one name of a group everywhere (checks, summary, diff keys, exports): its mesh dim,
+    "world" for the default group unless a 1-D mesh reuses it (`mesh_dim`: then that dim's name,
+    as `analyzer diff` compares it), or torch's creation-order name."""
     if desc.startswith("mesh_"):
         return desc[len("mesh_") :]
     if desc == "default_pg":
-        return "world"
+        return mesh_dim or "world"
     if desc in ("", "undefined"):
         return f"group {name}"
     return desc
+
+
+def one_dim_meshes(patterns: pl.DataFrame, atoms: list) -> dict[tuple, str]:
+    """Members -> dim name of every 1-D (sub)mesh the trace saw (from the mesh events' info):
+    torch hands such a mesh the default group when it spans the world."""
+    ids = patterns.filter(pl.col("op") == "mesh")["info"].unique().to_list()
+    out: dict[tuple[int, ...], str] = {}
+    for aid in ids:
+        info = atoms[aid] if 0 <= aid < len(atoms) else None  # checked at load (analyzer/atoms.py)
+        if isinstance(info, dict) and len(info.get("dims", [])) == 1:
+            members = _flat(info.get("ranks", []))
+            if members:
+                out.setdefault(tuple(sorted(members)), info["dims"][0])
+    return out
+
+
+def _flat(x) -> list:
+    return [y for v in x for y in _flat(v)] if isinstance(x, list) else [x]
 
 
 def from_data(data: fmt.TraceData, notes: list[str] | None = None, columns: dict | None = None) -> Trace:
@@ -190,7 +211,8 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None, columns: dict
         },
         schema={"gid": pl.Int32, "name": pl.String, "ranks": pl.List(pl.Int32), "desc": pl.String},
     )
-    labels = [group_label(g["desc"], g["name"]) for g in data.groups.values()]
+    meshes = one_dim_meshes(patterns, data.atoms)
+    labels = [group_label(g["desc"], g["name"], meshes.get(tuple(sorted(g["ranks"])))) for g in data.groups.values()]
     groups = groups.with_columns(
         label=pl.Series(labels, dtype=pl.String), size=pl.col("ranks").list.len().cast(pl.Int32)
     )
@@ -214,9 +236,13 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None, columns: dict
     )
     if trace.missing_ranks:
         trace.notes.append(f"missing ranks (no events): {ranks_text(trace.missing_ranks)}")
+    cut = set()  # in a file that ends early, a rank with no stream is known only to be past the cut
+    if data.truncated_at is not None:
+        cut = {r for r in trace.missing_ranks if r not in status}
+        status.update({r: {"n": 0, "status": "truncated", "error": None} for r in cut})
     bad: dict[tuple, list[int]] = {}
     for r, s in sorted(status.items()):
-        if s["status"] != "ok":
+        if s["status"] != "ok" and r not in cut:  # those have the note above
             bad.setdefault((s["status"], s.get("error")), []).append(r)
     for (state, error), rs in bad.items():  # one note per distinct outcome, not per rank
         who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {ranks_text(rs)}"

@@ -25,10 +25,11 @@ def test_summary_fsdp_counts(recorded):
     s = summarize(load(path))
     assert s.classes.height == 1
     rows = {(r["group"], r["op"]): (r["calls"], r["bytes"]) for r in s.table.iter_rows(named=True)}
-    # 2 steps x 6 all-gathers (272 floats out) and 2 x 3 reduce-scatters (272 floats in)
+    # 2 steps x 6 all-gathers (272 floats out) and 2 x 3 reduce-scatters (272 floats in), on the
+    # default group that the 1-D dp_shard mesh reuses: named by its mesh dim, as `diff` names it
     assert rows == {
-        ("world", "all_gather_into_tensor"): (12, 12 * 272 * 4),
-        ("world", "reduce_scatter_tensor"): (6, 6 * 272 * 4),
+        ("dp_shard", "all_gather_into_tensor"): (12, 12 * 272 * 4),
+        ("dp_shard", "reduce_scatter_tensor"): (6, 6 * 272 * 4),
     }
 
 
@@ -46,7 +47,8 @@ def test_summary_cli_table_and_json(recorded):
     out = json.loads(p.stdout)
     assert out["trace"]["world_size"] == 8 and out["trace"]["ranks"] == list(range(8))
     groups = {(r["group"], r["op"]) for r in out["rows"]}
-    assert groups == {("halves", "all_reduce"), ("tp", "all_reduce"), ("world", "all_reduce")}
+    # the flattened dp_tp mesh reuses the default group: it is named by that dim, as `diff` names it
+    assert groups == {("halves", "all_reduce"), ("tp", "all_reduce"), ("dp_tp", "all_reduce")}
 
 
 def test_summary_bad_input_is_one_line(tmp_path):

@@ -33,8 +33,8 @@ def test_fsdp2_on_transformer_encoder(recorded, mode):
     for rank in range(4):
         want = []
         for step in range(2):
-            gathers = [(ag[0], "world", w, "float32", ag[1], ag[2], None, step)] * 4  # fwd 0, 1; bwd 1, 0
-            scatters = [(rs[0], "world", w, "float32", rs[1], rs[2], "avg", step)] * 2
+            gathers = [(ag[0], "dp", w, "float32", ag[1], ag[2], None, step)] * 4  # fwd 0, 1; bwd 1, 0
+            scatters = [(rs[0], "dp", w, "float32", rs[1], rs[2], "avg", step)] * 2
             want += gathers + scatters
         assert comm(t, rank) == want
         units = [(e["phase"], e["module"]) for e in stream(t, rank) if e["op"] == "all_gather_into_tensor"][:4]
@@ -77,17 +77,17 @@ def test_dtensor_redistributions(recorded, mode):
         # Shard(0) -> Shard(1): on CPU torch all-gathers and keeps its chunk; under LocalTensor
         # it issues _dtensor.shard_dim_alltoall (torch's own choice, _collective_utils.py)
         s0_s1 = (
-            ("all_gather_into_tensor", "world", w, f, [[2, 8]], [[8, 8]], None, 0)
+            ("all_gather_into_tensor", "tp", w, f, [[2, 8]], [[8, 8]], None, 0)
             if mode == "fake"
-            else ("all_to_all_single", "world", w, f, [[2, 8]], [[8, 2]], None, 0)
+            else ("all_to_all_single", "tp", w, f, [[2, 8]], [[8, 2]], None, 0)
         )
         want = [
-            ("scatter", "world", w, f, [[2, 8]] * 4 if rank == 0 else [], [[2, 8]], None, 0),  # distribute
-            ("all_gather_into_tensor", "world", w, f, [[2, 8]], [[8, 8]], None, 0),  # S(0) -> R
+            ("scatter", "tp", w, f, [[2, 8]] * 4 if rank == 0 else [], [[2, 8]], None, 0),  # distribute
+            ("all_gather_into_tensor", "tp", w, f, [[2, 8]], [[8, 8]], None, 0),  # S(0) -> R
             s0_s1,
-            ("broadcast", "world", w, f, [[8, 8]], [[8, 8]], None, 0),  # distribute Replicate
-            ("all_reduce", "world", w, f, [[8, 8]], [[8, 8]], "sum", 0),  # P -> R
-            ("reduce_scatter_tensor", "world", w, f, [[8, 8]], [[2, 8]], "sum", 0),  # P -> S(0)
+            ("broadcast", "tp", w, f, [[8, 8]], [[8, 8]], None, 0),  # distribute Replicate
+            ("all_reduce", "tp", w, f, [[8, 8]], [[8, 8]], "sum", 0),  # P -> R
+            ("reduce_scatter_tensor", "tp", w, f, [[8, 8]], [[2, 8]], "sum", 0),  # P -> S(0)
             ("scatter", "dp", dp, f, [[4, 8]] * 2 if rank == dp[0] else [], [[4, 8]], None, 0),  # 2-D
             ("scatter", "tp", tp, f, [[4, 4]] * 2 if rank == tp[0] else [], [[4, 4]], None, 0),
             ("all_gather_into_tensor", "tp", tp, f, [[4, 4]], [[8, 4]], None, 0),  # [S(0), S(1)] -> [S(0), R]
@@ -132,8 +132,8 @@ def test_program_with_its_own_local_tensor_mode(recorded):
     w, f = (0, 1, 2, 3), "float32"
     for rank in range(4):
         assert comm(t, rank) == [
-            ("scatter", "world", w, f, [[2, 4]] * 4 if rank == 0 else [], [[2, 4]], None, 0),
-            ("all_gather_into_tensor", "world", w, f, [[2, 4]], [[8, 4]], None, 0),
-            ("all_reduce", "world", w, f, [[3]], [[3]], "sum", 0),
+            ("scatter", "tp", w, f, [[2, 4]] * 4 if rank == 0 else [], [[2, 4]], None, 0),
+            ("all_gather_into_tensor", "tp", w, f, [[2, 4]], [[8, 4]], None, 0),
+            ("all_reduce", "tp", w, f, [[3]], [[3]], "sum", 0),
         ]
     assert run_checks(t).findings == []

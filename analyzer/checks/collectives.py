@@ -240,10 +240,13 @@ def _align(
     a = [x["tok"] for x in rep_rows]
     b = [x["tok"] for x in dev_rows]
     pairs: list[tuple[int, int]] = []
-    if len(culprits) > 1 and post_mortem(trace) and a[: len(b)] == b[: len(a)] and len(a) != len(b):
-        # a stopped run (FR dumps) without a majority: where one stream is the other's prefix,
-        # the rank that stopped early is the one the others wait on (hang says the same)
-        short, long_rows, short_rows = (rank, rep_rows, dev_rows) if len(b) < len(a) else (rep, dev_rows, rep_rows)
+    short = rank if len(b) < len(a) else rep
+    ended = trace.status.get(short, {}).get("status", "ok") != "ok"
+    if len(culprits) > 1 and (post_mortem(trace) or ended) and a[: len(b)] == b[: len(a)] and len(a) != len(b):
+        # a stopped run (FR dumps, or a stream that ends early) without a majority: where one
+        # stream is the other's prefix, the rank that stopped early is the one the others wait
+        # on (hang says the same), not every member
+        long_rows, short_rows = (rep_rows, dev_rows) if short == rank else (dev_rows, rep_rows)
         pairs.extend((dev_rows[k]["seq"], rep_rows[k]["seq"]) for k in range(min(len(a), len(b))))
         _missing(report, gid, members, [short], long_rows[len(short_rows) :], short, short_rows, len(short_rows), trace)
         return pairs
@@ -337,10 +340,16 @@ def _missing(report, gid, members, culprits, skipped: list[dict], rank, dev_rows
     detail = "stopped" if stopped else "skipped"
 
     def message(f, first=first, n=len(skipped), stopped=stopped, before=before, status=status):
-        who = f"rank{'s' if len(f.culprit_ranks) > 1 else ''} {ranks_text(f.culprit_ranks)}"
+        many = len(f.culprit_ranks) > 1
+        who = f"rank{'s' if many else ''} {ranks_text(f.culprit_ranks)}"
         what = f"{first['op']} #{first['seq']} on {group_text(f.group)} ({frame_text(first)})"
         if stopped:
             tail = f" and the {n - 1} collectives after it" if n > 1 else ""
+            if status.get("status") == "truncated":  # all that is known: the stream stops here
+                return (
+                    f"{who}'s stream{'s end' if many else ' ends'} before {what}{tail}, which the other ranks "
+                    "issued: it ends early (truncated file), so what the rank did next is not recorded"
+                )
             why = (
                 f"; the rank ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "")
                 if status.get("status", "ok") != "ok"

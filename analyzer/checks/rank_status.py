@@ -29,7 +29,7 @@ MISSING_RANK = "missing_rank"  # declared in checks/missing_ranks.py (it also em
 
 WHY = {
     "error": "raised",
-    "truncated": "stopped before finishing (its stream is cut short)",
+    "truncated": "left a stream that ends early (truncated file)",
     "timed_out": "timed out",
     "killed": "was killed",
     "exited": "exited early",
@@ -55,6 +55,19 @@ def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Findi
         n = [trace.status[r].get("n", 0) for r in ranks]
         kept = f"{n[0]} events kept" if len(set(n)) == 1 else f"{min(n)}-{max(n)} events kept per rank"
         what = WHY.get(state, state)
+        if state == "truncated":  # no end record: all that is known is where the stream stops
+            many = len(ranks) > 1
+            message = (
+                f"{_who(ranks)}: stream{'s end' if many else ' ends'} early (truncated file; {kept}): the "
+                f"recording is incomplete, and what the rank{'s' if many else ''} did after that is not recorded"
+            )
+        else:
+            message = (
+                f"{_who(ranks)} {what}"
+                + (f": {error}" if error else "")
+                + f" ({kept}): the recording is incomplete, and what the other ranks did after that "
+                "point may be its consequence"
+            )
         out.append(
             Finding(
                 kind=FAILED_RANK,
@@ -63,12 +76,7 @@ def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Findi
                 expected="every rank records to the end",
                 actual={r: state for r in ranks},
                 extra={"status": state, "error": error or None},
-                message=(
-                    f"{_who(ranks)} {what}"
-                    + (f": {error}" if error else "")
-                    + f" ({kept}): the recording is incomplete, and what the other ranks did after that "
-                    "point may be its consequence"
-                ),
+                message=message,
             )
         )
     absent: dict[tuple, list[int]] = {}
@@ -78,6 +86,9 @@ def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Findi
     dumps = "state" in trace.stream.columns
     for (state, error), ranks in absent.items():
         why = f": it {WHY.get(state, state)}" + (f" ({error})" if error else "") if state else ""
+        if state == "truncated":  # a file cut before any event of theirs: no guess about the process
+            first = "their first events" if len(ranks) > 1 else "its first event"
+            why = f": the trace ends early (truncated file), before {first}"
         out.append(
             Finding(
                 kind=MISSING_RANK,

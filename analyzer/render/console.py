@@ -11,7 +11,9 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from analyzer.summary import Summary
 from analyzer.trace import Trace
@@ -25,14 +27,20 @@ def _whole(values) -> int:
     return max((len(w) for v in values for w in str(v).split()), default=1)
 
 
+def _longest_line(values) -> int:
+    """Width that shows every line of every value unbroken."""
+    return max((len(line) for v in values for line in str(v).split("\n")), default=1)
+
+
 def _column(t: Table, header: str, values, *, right: bool = False, wrap: bool = True, **kw) -> None:
     """A column whose words are never cut: at least as wide as its longest word (and never
-    wrapped at all with wrap=False, for names and sizes)."""
+    wrapped at all with wrap=False, for names, sizes and signatures: then as wide as its longest
+    line, so that a table too wide for the console is seen not to fit instead of being cropped)."""
     t.add_column(
         header,
         justify="right" if right else "left",
         no_wrap=not wrap,
-        min_width=max(_whole(values), *(len(w) for w in header.split())),
+        min_width=max(_whole(values) if wrap else _longest_line(values), *(len(w) for w in header.split())),
         **kw,
     )
 
@@ -56,10 +64,16 @@ def _text_table(
     width) and a blank line, after `compact_title` if one is given."""
     for i, (header, options) in enumerate(columns):
         _column(t, header, [r[i] for r in rows], **options)
-    t.add_column("what happened", ratio=1, min_width=WIDE_TEXT)
+    texts = [Text.from_markup(r[-1]).plain for r in rows]
+    narrowest = max(WIDE_TEXT, _whole(texts))  # a frame path is never folded inside the table
+    t.add_column("what happened", ratio=1, min_width=narrowest)
     for r in rows:
         t.add_row(*r)
-    if _fits(console, t):
+    # rich lays the other columns out at their full width and gives the ratio column what is
+    # left: the table fits when that leaves the text its narrowest width (not when every column
+    # is at its minimum; a table wider than the console is cropped, not wrapped)
+    widest = max(narrowest, _longest_line([*texts, "what happened"]))
+    if Measurement.get(console, console.options.update_width(1 << 16), t).maximum - widest + narrowest <= console.width:
         console.print(t)
         return
     if compact_title:
@@ -78,12 +92,23 @@ def human_bytes(n: float) -> str:
 
 
 def trace_header(console: Console, trace: Trace, notes: Sequence[str] = ()) -> None:
+    """What the trace says it is: a field the source does not know (a Flight Recorder dump names
+    no program and no torch version) is left out, not printed as `?`."""
     h = trace.header
-    program = (h.get("config") or {}).get("program", "?")
-    console.print(
-        f"[bold]{escape(str(program))}[/] · world size {h['world_size']} · mode {h.get('mode')} · "
-        f"torch {h.get('torch') or '?'} · {len(trace.ranks)} rank streams · {trace.n_events} events"
-    )
+    given = h.get("config")
+    config: dict = given if isinstance(given, dict) else {}
+    fields = [f"[bold]{escape(str(config['program']))}[/]"] if config.get("program") else []
+    fields.append(f"world size {h['world_size']}")
+    if h.get("mode"):
+        fields.append(f"mode {escape(str(h['mode']))}")
+    versions = config.get("fr_version")
+    known = [str(v) for v in versions if str(v) not in ("", "?")] if isinstance(versions, list) else []
+    if known:
+        fields.append(f"FR version {escape(', '.join(known))}")
+    if h.get("torch"):
+        fields.append(f"torch {escape(str(h['torch']))}")
+    fields += [f"{len(trace.ranks)} rank streams", f"{trace.n_events} events"]
+    console.print(" · ".join(fields))
     for note in [*trace.notes, *notes]:
         console.print(f"[yellow]note:[/] {escape(note)}")
 
@@ -231,8 +256,11 @@ def diff(console: Console, a: Trace, b: Trace, d, incomplete: dict | None = None
                 console.print(f"  {side} [dim](end of stream)[/]")
             else:
                 console.print(
-                    f"  {side} {escape(ev['sig'])}  [dim]module {escape(ev['module'] or '-')} · "
-                    f"{ev['phase']} · step {ev['step']} · {escape(ev['frame'] or '-')}[/]"
+                    _indented(
+                        f"{side} {escape(ev['sig'])}  [dim]module {escape(ev['module'] or '-')} · "
+                        f"{ev['phase']} · step {ev['step']} · {escape(ev['frame'] or '-')}[/]",
+                        2,
+                    )
                 )
         _runs(console, div.runs)
         if div.n_runs > len(div.runs):
@@ -262,10 +290,16 @@ def _runs(console: Console, runs) -> None:
     if _fits(console, t):
         console.print(t)
         return
-    for kind, a_pos, b_pos, what, where in rows:
-        console.print(f"  [bold]{kind}[/] A {a_pos} / B {b_pos} · [dim]{escape(where)}[/]")
+    for kind, a_pos, b_pos, what, where in rows:  # wrapped between words, indented: no token cut
+        console.print(_indented(f"[bold]{kind}[/] A {a_pos} / B {b_pos} · [dim]{escape(where)}[/]", 2))
         for sig in what.split("\n"):
-            console.print(f"    {escape(sig)}", overflow="fold")
+            console.print(_indented(escape(sig), 4), overflow="fold")
+
+
+def _indented(markup: str, n: int) -> Padding:
+    """`markup` wrapped at the console width with every line `n` columns in (a hanging indent:
+    a continued signature or frame does not read as the next item)."""
+    return Padding(markup, (0, 0, 0, n), expand=False)
 
 
 def volume_table(console: Console, volume) -> None:
