@@ -13,15 +13,19 @@ split matrix. Culprits are the ranks that differ from the majority; without a st
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+from collections.abc import Callable
+from typing import Any
 
 import polars as pl
 
-from analyzer.checks.common import atom_values, conflicting_gids, frame_text, group_table, majority, shape_text
+from analyzer.checks.common import atom_values, conflicting_gids, group_table, majority
 from analyzer.checks.options import Checked, CheckOptions
 from analyzer.checks.shape_rules import DTYPE_MISMATCH, SHAPE_MISMATCH, per_row_rules
-from analyzer.findings import Finding, group_text, kind, ranks_text
-from analyzer.trace import Trace
+from analyzer.model.findings import Finding, Kind
+from analyzer.model.text import frame_text, group_text, ranks_text, shape_text
+from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import post_mortem
 from traceformat.ops import COLLECTIVE, COLLECTIVE_OPS, ROOTED_OPS, names
 
@@ -31,11 +35,14 @@ from traceformat.ops import COLLECTIVE, COLLECTIVE_OPS, ROOTED_OPS, names
 KEY_IN = list(names(kind=COLLECTIVE, agree="in"))
 KEY_OUT = list(names(kind=COLLECTIVE, agree="out"))
 ROOTED = sorted(ROOTED_OPS)
-OP_MISMATCH = kind("op_mismatch", "members of a group issued different collectives at the same position")
-REDUCE_OP_MISMATCH = kind("reduce_op_mismatch", "members of a reduction passed different reduce ops")
-ROOT_MISMATCH = kind("root_mismatch", "members of a rooted collective named different roots")
-MISSING_COLLECTIVE = kind(
-    "missing_collective", "a rank skipped (or added) a collective its group issues", blocks=True, majority=False
+OP_MISMATCH = Kind(name="op_mismatch", about="members of a group issued different collectives at the same position")
+REDUCE_OP_MISMATCH = Kind(name="reduce_op_mismatch", about="members of a reduction passed different reduce ops")
+ROOT_MISMATCH = Kind(name="root_mismatch", about="members of a rooted collective named different roots")
+MISSING_COLLECTIVE = Kind(
+    name="missing_collective",
+    about="a rank skipped (or added) a collective its group issues",
+    blocks=True,
+    majority=False,
 )
 FIELDS = (
     ("op", OP_MISMATCH),
@@ -95,16 +102,52 @@ def _full(trace: Trace, rows: pl.DataFrame, pats: pl.DataFrame) -> pl.DataFrame:
     ).sort("seq")
 
 
+@dataclasses.dataclass(kw_only=True, slots=True)
+class _Draft:
+    """A finding being gathered: the ranks that deviate alike at one position join it."""
+
+    kind: Kind
+    gid: int
+    pos: int | None
+    op: str
+    expected: Any
+    members: list[int]
+    message: Callable[[Finding], str]
+    """The message, written once every culprit has joined (it names them)."""
+    detail: str | None
+    count: int | None
+    culprits: list[int] = dataclasses.field(default_factory=list)
+    actual: dict[int, Any] = dataclasses.field(default_factory=dict)
+    frames: dict[int, str] = dataclasses.field(default_factory=dict)
+
+    def finding(self, group: dict) -> Finding:
+        f = Finding(
+            kind=self.kind,
+            message="",
+            ranks=list(self.members),
+            culprit_ranks=sorted(self.culprits),
+            group=group,
+            seq=self.pos,
+            op=self.op,
+            expected=self.expected,
+            actual=self.actual,
+            frames=self.frames,
+            detail=self.detail,
+            count=self.count,
+        )
+        return dataclasses.replace(f, message=self.message(f))
+
+
 class _Report:
-    """Findings keyed by (kind, group, position) so that ranks deviating alike share one."""
+    """Findings keyed by (kind, group, position, detail) so that ranks deviating alike share one."""
 
     def __init__(self, trace: Trace, groups: dict):
         self.trace, self.groups = trace, groups
-        self.found: dict[tuple, Finding] = {}
+        self.found: dict[tuple, _Draft] = {}
 
     def add(
         self,
-        kind: str,
+        kind: Kind,
         gid: int,
         pos: int | None,
         rank: int,
@@ -116,45 +159,41 @@ class _Report:
         members: list[int],
         message,
         rep_frame: str | None = None,
-        extra: dict | None = None,
+        detail: str | None = None,
+        count: int | None = None,
     ) -> None:
-        key = (kind, gid, pos, extra.get("detail") if extra else None)
-        f = self.found.get(key)
-        if f is None:
-            f = self.found[key] = Finding(
+        key = (kind, gid, pos, detail)
+        d = self.found.get(key)
+        if d is None:
+            d = self.found[key] = _Draft(
                 kind=kind,
-                message="",
-                ranks=list(members),
-                culprit_ranks=[],
-                group=self.groups[gid],
-                seq=pos,
+                gid=gid,
+                pos=pos,
                 op=op,
                 expected=expected,
-                extra=dict(extra or {}),
+                members=members,
+                message=message,
+                detail=detail,
+                count=count,
             )
-            f.extra["_message"] = message
             if rep_frame:
-                f.frames[-1] = rep_frame
-        if rank not in f.culprit_ranks:
-            f.culprit_ranks.append(rank)
-        f.actual[rank] = actual
-        f.frames[rank] = frame
+                d.frames[-1] = rep_frame
+        if rank not in d.culprits:
+            d.culprits.append(rank)
+        d.actual[rank] = actual
+        d.frames[rank] = frame
 
     def findings(self) -> list[Finding]:
-        out = []
         # a rank whose own output breaks output = input is the culprit of the cross-rank
         # difference at that position too: the cross-rank finding is dropped, not repeated
-        own = {(k[0], k[1], k[2]): set(f.culprit_ranks) for k, f in self.found.items() if k[3] == "output side"}
-        for key, f in list(self.found.items()):
+        own = {(k[0], k[1], k[2]): set(d.culprits) for k, d in self.found.items() if k[3] == "output side"}
+        for key, d in list(self.found.items()):
             side = own.get((key[0], key[1], key[2])) if key[3] is None else None
-            if side and (set(f.culprit_ranks) <= side or len(f.culprit_ranks) == len(f.ranks)):
+            if side and (set(d.culprits) <= side or len(d.culprits) == len(d.members)):
                 del self.found[key]
-        for f in self.found.values():
-            f.culprit_ranks.sort()
-            f.message = f.extra.pop("_message")(f)
-            out.append(f)
+        out = [d.finding(self.groups[d.gid]) for d in self.found.values()]
         return sorted(
-            out, key=lambda f: (f.group["label"] if f.group else "", f.seq if f.seq is not None else -1, f.kind)
+            out, key=lambda f: (f.group["label"] if f.group else "", f.seq if f.seq is not None else -1, f.kind.name)
         )
 
 
@@ -364,7 +403,8 @@ def _missing(report, gid, members, culprits, skipped: list[dict], rank, dev_rows
             members=members,
             message=message,
             rep_frame=frame_text(first),
-            extra={"detail": detail, "count": len(skipped)},
+            detail=detail,
+            count=len(skipped),
         )
 
 
@@ -392,5 +432,6 @@ def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> No
             frame=frame_text(first),
             members=members,
             message=message,
-            extra={"detail": "extra", "count": len(added)},
+            detail="extra",
+            count=len(added),
         )

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyzer.trace import Trace
+from analyzer.model.trace import Trace
 from traceformat.ops import COMM_OPS, GROUP_OPS, P2P_OPS, ROOTED_OPS
 
 STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}
@@ -100,7 +100,7 @@ def _one_dim_meshes(trace: Trace) -> dict[tuple, str]:
     ids = trace.patterns.filter(pl.col("op") == "mesh")["info"].unique().to_list()
     out: dict[tuple[int, ...], str] = {}
     for aid in ids:
-        info = trace.atom(aid)  # a mesh info atom, checked at load (analyzer/atoms.py), or None
+        info = trace.atom(aid)  # a mesh info atom, checked at load (analyzer/model/atoms.py), or None
         if info is not None and len(info.get("dims", [])) == 1:
             members = _flat(info.get("ranks", []))
             if members:
