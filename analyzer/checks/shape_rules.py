@@ -61,7 +61,7 @@ def _self_finding(
     report, groups, present, row: dict, kind: Kind, rule: str, actual: str, *, output_side: bool = True
 ) -> None:
     """One rank's collective breaks `rule`. An output-side finding (all_reduce / broadcast) also
-    stands in for the cross-rank difference at its position (see _Report.findings)."""
+    stands in for the cross-rank difference at its position (see PositionFindings.findings)."""
     gid = row["group"]
     size = "" if output_side else f" ({len([r for r in groups[gid]['ranks'] if r in present])} ranks)"
 
