@@ -10,7 +10,7 @@ __all__ = ["load"]
 
 
 def load(path):
-    """Load a trace (or a folder of per-rank parts) as an `analyzer.trace.Trace`."""
+    """Load a trace (or a folder of per-rank parts) as an `analyzer.model.trace.Trace`."""
     from analyzer.loader import load as _load
 
     return _load(path)

@@ -103,7 +103,7 @@ def summary(
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Collectives and bytes per group (mesh dim) and op, per rank class."""
-    from analyzer.summary import summarize
+    from analyzer.compare.summary import summarize
 
     t = _load(trace)
     s = summarize(t)
@@ -184,8 +184,8 @@ def diff(
     either side has failed or missing ranks."""
     from analyzer.checks import missing_ranks
     from analyzer.checks.options import CheckOptions
-    from analyzer.diff import diff_traces
-    from analyzer.normalize import Options, parse_aliases
+    from analyzer.compare.diff import diff_traces
+    from analyzer.compare.normalize import Options, parse_aliases
 
     try:
         extra = parse_aliases(alias)
@@ -324,7 +324,7 @@ def golden_check(
     Exit 0 all equal, 1 any change (the diff is printed), 2 bad input."""
     import os
 
-    from analyzer.golden import check
+    from analyzer.compare.golden import check
 
     if not os.path.isdir(examples):
         _fail(f"{examples}: no such folder (give --examples DIR)")

@@ -7,35 +7,34 @@ post-mortem trace (Flight Recorder dumps, a killed replay) ends each stream wher
 stuck; its blocking points are found columnar (`waitfor.frontier`).
 Root causes are the cycles of the wait-for graph and the ranks others wait on that are not
 blocked themselves (stuck in compute, or dead), with how many ranks wait on them transitively.
+A cause that a check reports (an unmatched p2p, a skipped or extra collective) is that check's
+finding, extended with the ranks it leaves waiting: check and hang give one verdict.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
-import polars as pl
 
-from analyzer.checks import fr_numbers, rank_status
+from analyzer.checks import collectives, fr_numbers, rank_status
 from analyzer.checks.common import group_table
+from analyzer.checks.options import CheckOptions
 from analyzer.checks.ordering import DEADLOCK_CYCLE, cycle_findings
 from analyzer.checks.p2p import unmatched_causes
-from analyzer.findings import Finding, group_text, kind, ranks_text
-from analyzer.trace import Trace
+from analyzer.checks.stalled_rank import STALLED_RANK, stalled
+from analyzer.model.findings import Finding
+from analyzer.model.text import group_text, ranks_text
+from analyzer.model.trace import Trace
 from analyzer.waitfor.advance import advance
 from analyzer.waitfor.certificate import ordered
 from analyzer.waitfor.frontier import frontier
 from analyzer.waitfor.graph import wait_graph
-from analyzer.waitfor.semantics import COMM, Blocked, has_p2p, post_mortem
+from analyzer.waitfor.progress import waited_ops
+from analyzer.waitfor.semantics import Blocked, WaitKey, has_p2p, post_mortem
 from analyzer.waitfor.settle import settle
-
-STALLED_RANK = kind(
-    "stalled_rank",
-    "a rank others wait on that is not blocked in a recorded op itself (stuck in "
-    "compute, or dead): a root cause of a hang",
-    blocks=True,
-)
 
 
 @dataclass
@@ -58,83 +57,111 @@ class HangReport:
         return bool(self.stuck)
 
 
+@dataclass
+class _Causes:
+    """The root causes found so far, in report order, and per cause the ranks found waiting on it
+    (a checks' finding adopted as the cause of some waits is listed once, however many)."""
+
+    found: list[Finding] = field(default_factory=list)
+    waited_on: dict[int, list[int]] = field(default_factory=dict)
+    """id(finding) -> the ranks it leaves waiting directly (sinks, or a cycle's ranks)."""
+
+    def add(self, f: Finding, ranks: Iterable[int] = ()) -> None:
+        if id(f) not in self.waited_on:
+            self.found.append(f)
+            self.waited_on[id(f)] = []
+        self.waited_on[id(f)].extend(ranks)
+
+
 def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -> HangReport:
     stopped = post_mortem(trace)
-    if stopped:
-        stuck = frontier(trace)
-    else:  # a dry run: replayed columnar (advance); settle's fewer rounds where no ordering cycle is possible
-        settled = settle(trace, eager_bytes) if not has_p2p(trace) and ordered(trace) else None
-        stuck = settled if settled is not None else advance(trace, eager_bytes)
+    stuck = _blocked(trace, stopped, eager_bytes)
     graph = wait_graph(stuck)
     groups = group_table(trace)
-    # a send / recv nobody matches explains the waits it causes (p2p_cause.py: the same verdict as check)
-    # (only where a rank is blocked in a send / recv that can be unmatched: a dry run's replay knows
-    # which are; the p2p join over a pipeline at scale is not paid for a matched cycle)
-    p2p_blocked = any(not b.key.collective and (stopped or not b.matched) for b in stuck.values())
-    by_key = {k: f for f, keys in unmatched_causes(trace) for k in keys} if p2p_blocked else {}
-    caused: dict[int, tuple[Finding, list[int]]] = {}  # id(finding) -> (finding, the ranks waited on)
-    found: list[Finding] = []
+    by_key = _p2p_causes(trace, stuck, stopped)
+    causes = _Causes()
     for cycle in cycle_findings(trace, stuck, only_matched=False):
         # a cycle through an op some party never issues is no ordering deadlock: that op is the cause
-        causes = [by_key[stuck[r].key] for r in cycle.extra["cycle"] if stuck[r].key in by_key]
-        if not causes:
-            found.append(cycle)
-        for by_op in causes:
-            if id(by_op) not in caused:
-                found.append(by_op)
-            caused.setdefault(id(by_op), (by_op, []))[1].extend(cycle.extra["cycle"])
-    on_cycle = {r for f in found if f.kind == DEADLOCK_CYCLE for r in f.ranks}
+        ops = [by_key[stuck[r].key] for r in cycle.cycle or [] if stuck[r].key in by_key]
+        if not ops:
+            causes.found.append(cycle)
+        for by_op in ops:
+            causes.add(by_op, cycle.cycle or [])
+    on_cycle = {r for f in causes.found if f.kind == DEADLOCK_CYCLE for r in f.ranks}
     mismatched = None if stopped else _mismatched(trace)
     for sink in sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck):
         cause = _p2p_cause(sink, stuck, graph, by_key)
         if cause is None and mismatched:
             cause = _collective_cause(sink, stuck, graph, groups, mismatched)
         if cause is None:
-            found.append(_stalled(trace, sink, stuck, graph, groups, expected))
-            continue
-        if id(cause) not in caused:
-            found.append(cause)
-        caused.setdefault(id(cause), (cause, []))[1].append(sink)
-    for cause, sinks in caused.values():
-        if "waiting_ranks" in cause.extra:  # a post-mortem's p2p finding: check listed them already
-            continue
-        waiting = sorted(set().union(*(nx.ancestors(graph, s) | ({s} & set(stuck)) for s in sinks)))
-        cause.extra["waiting_ranks"] = waiting
-        sinks = sorted(set(sinks) - set(stuck))
-        cause.message += f"; replayed, this leaves rank{'s' if len(waiting) > 1 else ''} {ranks_text(waiting)} blocked"
-        if sinks:
-            cause.message += f" waiting for rank{'s' if len(sinks) > 1 else ''} {ranks_text(sinks)}"
+            causes.found.append(stalled(trace, sink, stuck, graph, groups, expected))
+        else:
+            causes.add(cause, [sink])
+    found = [
+        _leaving_waiting(f, causes.waited_on[id(f)], stuck, graph) if id(f) in causes.waited_on else f
+        for f in causes.found
+    ]
     # ranks that failed or left nothing are root causes too, unless the hang explains them: a stuck
     # rank's stream ends where it was stuck, a stalled rank's finding says how it ended
     explained = set(stuck) | {r for f in found if f.kind == STALLED_RANK for r in f.culprit_ranks}
-    explained |= {r for _, sinks in caused.values() for r in sinks}
-    found += rank_status.check(trace, explained)
-    labels = {r: f"{b.key.text(groups, b.event['op'])}\n{b.event.get('frame') or '?'}" for r, b in stuck.items()}
-    found = fr_numbers.annotate(trace, found)
+    explained |= {r for sinks in causes.waited_on.values() for r in sinks}
+    found = fr_numbers.annotate(trace, found + rank_status.check(trace, explained))
     return HangReport(
         "post-mortem" if stopped else "replayed",
         stuck,
         graph,
         found,
         on_cycle,
-        labels,
+        {r: f"{b.key.text(groups, b.event['op'])}\n{b.event.get('frame') or '?'}" for r, b in stuck.items()},
         _node_notes(trace, stuck, found, groups),
     )
 
 
+def _blocked(trace: Trace, stopped: bool, eager_bytes: int) -> dict[int, Blocked]:
+    """Where each rank is stuck: post-mortem, where its stream ends (frontier); a dry run replayed
+    columnar (advance), in settle's fewer rounds where no ordering cycle is possible."""
+    if stopped:
+        return frontier(trace)
+    settled = settle(trace, eager_bytes) if not has_p2p(trace) and ordered(trace) else None
+    return settled if settled is not None else advance(trace, eager_bytes)
+
+
+def _p2p_causes(trace: Trace, stuck: dict[int, Blocked], stopped: bool) -> dict[WaitKey, Finding]:
+    """The unmatched_p2p finding (check's: p2p_cause.py) of each p2p key it explains. Only where a
+    rank is blocked in a send / recv that can be unmatched (a dry run's replay knows which are):
+    the p2p join over a pipeline at scale is not paid for a matched cycle."""
+    if not any(not b.key.collective and (stopped or not b.matched) for b in stuck.values()):
+        return {}
+    return {k: f for f, keys in unmatched_causes(trace) for k in keys}
+
+
+def _leaving_waiting(cause: Finding, sinks: list[int], stuck: dict[int, Blocked], graph: nx.DiGraph) -> Finding:
+    """A check's finding adopted as a cause, with the ranks it leaves blocked (a post-mortem's
+    p2p finding lists them already)."""
+    if cause.waiting_ranks is not None:
+        return cause
+    waiting = sorted(set().union(*(nx.ancestors(graph, s) | ({s} & set(stuck)) for s in sinks)))
+    sinks = sorted(set(sinks) - set(stuck))
+    message = (
+        cause.message + f"; replayed, this leaves rank{'s' if len(waiting) > 1 else ''} {ranks_text(waiting)} blocked"
+    )
+    if sinks:
+        message += f" waiting for rank{'s' if len(sinks) > 1 else ''} {ranks_text(sinks)}"
+    return replace(cause, message=message, waiting_ranks=waiting)
+
+
 def _mismatched(trace: Trace) -> list[Finding]:
     """The collectives check's extra or skipped collectives (a rank that stopped is a stall)."""
-    from analyzer.checks import collectives
-    from analyzer.checks.options import CheckOptions
-
     return [
         f
         for f in collectives.check(trace, CheckOptions()).findings
-        if f.kind == collectives.MISSING_COLLECTIVE and f.extra.get("detail") in ("extra", "skipped")
+        if f.kind == collectives.MISSING_COLLECTIVE and f.detail in ("extra", "skipped")
     ]
 
 
-def _p2p_cause(sink: int, stuck: dict[int, Blocked], graph: nx.DiGraph, by_key: dict) -> Finding | None:
+def _p2p_cause(
+    sink: int, stuck: dict[int, Blocked], graph: nx.DiGraph, by_key: dict[WaitKey, Finding]
+) -> Finding | None:
     """The unmatched_p2p finding (check's) of an op a direct waiter of `sink` is blocked in, unless
     it names `sink` itself (a post-mortem partner that never got there: a stalled rank)."""
     for w in sorted(graph.predecessors(sink)):
@@ -164,7 +191,7 @@ def _node_notes(trace: Trace, stuck: dict[int, Blocked], found: list[Finding], g
     """What each rank of the graph is blocked in and where (short: it sits under a node), or what
     a stalled rank never entered."""
     out = {
-        f.culprit_ranks[0]: f"never entered\n{f.extra.get('never_entered', '?')}"
+        f.culprit_ranks[0]: f"never entered\n{f.never_entered or '?'}"
         for f in found
         if f.kind == STALLED_RANK and len(f.culprit_ranks) == 1
     }
@@ -175,101 +202,6 @@ def _node_notes(trace: Trace, stuck: dict[int, Blocked], found: list[Finding], g
         frame = os.path.basename(str(b.event.get("frame") or "?"))
         out[r] = ("wait on " if at_wait else "") + f"{what}\n{frame}"
     return out
-
-
-def _stalled(
-    trace: Trace, rank: int, stuck: dict[int, Blocked], graph: nx.DiGraph, groups: dict, expected: Trace | None
-) -> Finding:
-    waiters = sorted(nx.ancestors(graph, rank))
-    direct = sorted(graph.predecessors(rank))
-    # what the direct waiters are blocked in: the op this rank never entered
-    first = min((stuck[w] for w in direct), key=lambda b: (b.key.group, b.key.seq))
-    ev = first.event
-    frame = ev.get("frame") or "?"
-    if first.key.collective:
-        what = first.key.text(groups, ev["op"]) if ev["op"] != "wait" else "the op waited on at " + frame
-    else:  # the other side of the p2p transfer its peer is blocked in
-        what = first.key.partner().text(groups)
-    status = trace.status.get(rank, {})
-    last = last_comm(trace, rank)
-    tail = f"; its last recorded op was {last}" if last else "; it recorded no collective"
-    if status.get("status", "ok") != "ok":
-        tail += f" and it ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "")
-    msg = (
-        f"rank {rank} never entered {what} ({frame}); {len(waiters)} rank"
-        f"{'s' if len(waiters) != 1 else ''} wait on it transitively ({len(direct)} directly){tail}"
-    )
-    extra: dict[str, object] = {"waiting_ranks": waiters, "never_entered": what}
-    if expected is not None:
-        members = trace.groups.filter(pl.col("gid") == first.key.group)["ranks"]
-        waited = (tuple(members[0]), first.key.seq) if first.key.collective and len(members) else None
-        nxt = next_expected(trace, expected, rank, waited)
-        if nxt:
-            msg += f". Expected next (golden): {nxt['text']}"
-            extra["expected_next"] = nxt
-    return Finding(
-        kind=STALLED_RANK,
-        ranks=sorted(set(waiters) | {rank}),
-        culprit_ranks=[rank],
-        group=groups.get(first.key.group),
-        seq=first.key.seq,
-        op=ev["op"],
-        expected=what,
-        actual={rank: last or "nothing recorded"},
-        frames={rank: frame},
-        message=msg,
-        extra=extra,
-    )
-
-
-def _comm_rows(trace: Trace, rank: int) -> pl.DataFrame:
-    ops = [o for o in COMM if o != "wait"]
-    return (
-        trace.select(ops=ops, ranks=[rank])
-        .with_columns(op=pl.col("op").cast(pl.String))
-        .join(trace.groups.select("gid", "label", "ranks"), left_on="group", right_on="gid", how="left")
-        .sort("idx")
-    )
-
-
-def _describe(row: dict) -> str:
-    where = (row.get("frame") or "?") + (f" [{row['module']}]" if row.get("module") else "")
-    group = f"{row['label']} (ranks {ranks_text(row['ranks'])})" if row.get("label") else "?"
-    return f"{row['op']} #{row['seq']} on {group} at {where} ({row['phase']}, step {row['step']})"
-
-
-def last_comm(trace: Trace, rank: int) -> str | None:
-    rows = _comm_rows(trace, rank)
-    return _describe(rows.row(-1, named=True)) if rows.height else None
-
-
-def next_expected(trace: Trace, golden: Trace, rank: int, waited: tuple | None = None) -> dict | None:
-    """What `rank` should have run next, from the golden pattern: the golden's op on the group
-    (same members) and sequence number its peers wait in, when there is one; else placed by how
-    many comm ops the rank got through (a Flight Recorder ring buffer may have lost the rest)."""
-    if rank not in golden.ranks:
-        return None
-    ahead = _comm_rows(golden, rank)
-    done = _comm_rows(trace, rank).height
-    if waited is not None:
-        members, seq = waited
-        hit = ahead.with_row_index("i").filter((pl.col("seq") == seq) & (pl.col("ranks") == list(members)))
-        if hit.height:
-            done = int(hit["i"][0])
-    if done >= ahead.height:
-        return {"text": "nothing: the golden rank ends here too", "index": done}
-    row = ahead.row(done, named=True)
-    return {
-        "text": _describe(row),
-        "index": done,
-        "op": row["op"],
-        "seq": row["seq"],
-        "group": row["label"],
-        "module": row["module"],
-        "frame": row["frame"],
-        "phase": row["phase"],
-        "step": row["step"],
-    }
 
 
 def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
@@ -289,13 +221,3 @@ def frontier_rows(trace: Trace, report: HangReport) -> list[dict]:
         row["blocked"].append(b.rank)
         row["missing"].update(b.waits_for)
     return [dict(r, blocked=sorted(r["blocked"]), missing=sorted(r["missing"])) for r in out.values()]
-
-
-def waited_ops(trace: Trace, stuck: dict[int, Blocked], ranks: list[int]) -> dict[int, str]:
-    """For stuck ranks blocked at a `wait`: the op it waits on (one select, any count)."""
-    refs = [(r, stuck[r].event["ref"]) for r in ranks if r in stuck and stuck[r].event["op"] == "wait"]
-    if not refs:
-        return {}
-    want = pl.DataFrame(refs, schema={"rank": pl.Int32, "idx": pl.Int32}, orient="row")
-    ops = trace.select("rank", "idx", "op", ranks=sorted({r for r, _ in refs}))
-    return {r: str(op) for r, _, op in want.join(ops, on=["rank", "idx"], how="inner").iter_rows()}

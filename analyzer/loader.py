@@ -1,4 +1,4 @@
-"""Load any input the analyzer reads (analyzer/sources/) as a `Trace` (analyzer/trace.py).
+"""Load any input the analyzer reads (analyzer/sources/) as a `Trace` (analyzer/model/trace.py).
 
 >>> from analyzer import load
 >>> t = load("fsdp.trace")          # or a parts folder, or Flight Recorder dumps
@@ -10,7 +10,7 @@ import glob
 import os
 
 from analyzer import sources
-from analyzer.trace import LoadError, Trace
+from analyzer.model.trace import LoadError, Trace
 
 __all__ = ["LoadError", "load"]
 

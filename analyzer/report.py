@@ -18,17 +18,18 @@ in Python would only confirm it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import polars as pl
 
-from analyzer.findings import Finding
-from analyzer.trace import Trace
-
-if TYPE_CHECKING:  # imported where used: `analyzer --help` stays light
-    from analyzer.diff import Diff
-    from analyzer.hang import HangReport
-    from analyzer.summary import Summary
+from analyzer.checks import run_checks
+from analyzer.checks.options import CheckOptions
+from analyzer.compare.diff import Diff, diff_traces
+from analyzer.compare.normalize import group_keys
+from analyzer.compare.summary import Summary, comm_events, summarize
+from analyzer.hang import HangReport, analyze, frontier_rows
+from analyzer.model.findings import Finding
+from analyzer.model.trace import Trace
+from analyzer.waitfor.semantics import post_mortem
 
 
 @dataclass(kw_only=True, slots=True)
@@ -71,21 +72,16 @@ class Report:
 
 def may_hang(trace: Trace, found: list[Finding]) -> bool:
     """Whether hang analysis has anything to find (module doc)."""
-    from analyzer.waitfor.semantics import post_mortem
-
     if post_mortem(trace) or trace.truncated:
         return True
     if any(s.get("status", "ok") != "ok" for s in trace.status.values()):
         return True
-    return any(f.info.blocks for f in found)
+    return any(f.kind.blocks for f in found)
 
 
 def volume_frames(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per dim x op x phase, per step x dim) calls and bytes of collectives and p2p, all ranks.
     Dims as `diff` names them (a 1-D mesh that reuses the default group takes its dim's name)."""
-    from analyzer.normalize import group_keys
-    from analyzer.summary import comm_events
-
     ev = (
         comm_events(trace)
         .join(group_keys(trace).select("gid", "dim"), left_on="group", right_on="gid", how="left")
@@ -104,24 +100,14 @@ def merged_findings(checked: list[Finding], hang_found: list[Finding]) -> list[F
 
 
 def build_report(trace: Trace, inputs: ReportInputs) -> Report:
-    from analyzer.checks import run_checks
-    from analyzer.checks.options import CheckOptions
-    from analyzer.summary import summarize
-
     checks = run_checks(trace, CheckOptions(eager_bytes=inputs.eager_bytes))
     checked, notes = checks.findings, list(checks.notes)
     hang, frontier, hang_found = None, [], []
     if may_hang(trace, checked):
-        from analyzer.hang import analyze, frontier_rows
-
         hang = analyze(trace, inputs.expected, inputs.eager_bytes)
         frontier, hang_found = frontier_rows(trace, hang), hang.findings
     volume, per_step = volume_frames(trace)
-    diff = None
-    if inputs.other is not None:
-        from analyzer.diff import diff_traces
-
-        diff = diff_traces(trace, inputs.other)
+    diff = diff_traces(trace, inputs.other) if inputs.other is not None else None
     return Report(
         trace=trace,
         inputs=inputs,

@@ -113,7 +113,7 @@ def test_check_finds_each_seeded_pipeline_fault_and_nothing_else(tmp_path):
     t = load(path)
     assert not ordered(t)
     cycles = ordering.check(t, CheckOptions()).findings
-    assert [(f.kind, f.ranks, f.extra["p2p_edges"]) for f in cycles] == [("deadlock_cycle", [8, 14], [[8, 14]])]
+    assert [(f.kind.name, f.ranks, f.p2p_edges) for f in cycles] == [("deadlock_cycle", [8, 14], [[8, 14]])]
     out = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "analyzer"), "check", path, "--json"],
         capture_output=True,

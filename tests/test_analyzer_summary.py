@@ -7,8 +7,8 @@ import sys
 
 from conftest import BIN, REPO
 
+from analyzer.compare.summary import summarize
 from analyzer.loader import load
-from analyzer.summary import summarize
 
 
 def test_summary_groups_ranks_into_classes(recorded):
@@ -61,7 +61,7 @@ def test_summary_bad_input_is_one_line(tmp_path):
 
 def test_analyzer_never_imports_torch():
     code = (
-        "import sys, analyzer.cli, analyzer.loader, analyzer.summary, analyzer.render.console, "
+        "import sys, analyzer.cli, analyzer.loader, analyzer.compare.summary, analyzer.render.console, "
         "analyzer.render.json, traceformat.format; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

@@ -1,4 +1,4 @@
-"""Atoms that passes read as structured values are validated once at load (analyzer/atoms.py):
+"""Atoms that passes read as structured values are validated once at load (analyzer/model/atoms.py):
 a malformed one is read as none on the events that carry it, with one note; the rest of the
 trace analyses as before. One test per atom kind, plus the healthy goldens (nothing touched)."""
 
@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO
 
 from analyzer.checks import run_checks
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
 from analyzer.loader import load
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader

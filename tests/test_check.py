@@ -31,7 +31,7 @@ SEEDED = [
 def test_seeded_bug_found_with_right_kind_and_culprit_and_nothing_else(recorded, name, world, kind, culprits, seq):
     path, _ = recorded(name, world, "fake")
     found = run_checks(load(path)).findings
-    assert [(f.kind, f.culprit_ranks, f.seq) for f in found] == [(kind, culprits, seq)], [f.message for f in found]
+    assert [(f.kind.name, f.culprit_ranks, f.seq) for f in found] == [(kind, culprits, seq)], [f.message for f in found]
     (f,) = found
     assert set(f.culprit_ranks) <= set(f.ranks)
     j = f.to_json()
@@ -44,14 +44,14 @@ def test_skip_reports_the_right_place_and_no_cascade(recorded):
     path, _ = recorded("bug_subgroup_skip", 8, "fake")
     (f,) = run_checks(load(path)).findings
     assert f.group["label"] == "tp" and f.group["ranks"] == [4, 5, 6, 7]
-    assert f.extra["detail"] == "skipped" and f.extra["count"] == 1
+    assert f.detail == "skipped" and f.count == 1
     assert "skipped all_reduce #1" in f.message and "bug_subgroup_skip.py:14" in f.message
 
 
 def test_rank_that_stops_is_one_finding_per_group(recorded):
     path, _ = recorded("raises", 4, "fake")
     found = run_checks(load(path)).findings
-    assert [(f.kind, f.culprit_ranks, f.extra.get("detail")) for f in found] == [
+    assert [(f.kind.name, f.culprit_ranks, f.detail) for f in found] == [
         ("missing_collective", [2], "stopped"),
         ("failed_rank", [2], None),
     ]
@@ -135,7 +135,7 @@ def test_missing_rank_is_noted_and_the_rest_checked(recorded, tmp_path):
     assert t.ranks == [0, 1, 2] and t.missing_ranks == [3]
     assert any("missing ranks" in n and "3" in n for n in t.notes)
     found = run_checks(t).findings
-    assert [(f.kind, f.culprit_ranks) for f in found] == [("dtype_mismatch", [2]), ("missing_rank", [3])]
+    assert [(f.kind.name, f.culprit_ranks) for f in found] == [("dtype_mismatch", [2]), ("missing_rank", [3])]
     assert found[1].message == (
         "rank 3 left no events (its process most likely died before recording anything: see its log)"
     )

@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, program, stream
 from test_workload_config import run_tracer
 
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
 from analyzer.loader import load
 
 SKIP = {"ts", "rank", "label", "ranks"}

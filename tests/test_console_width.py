@@ -9,10 +9,10 @@ from conftest import REPO
 from rich.console import Console
 
 from analyzer.checks import run_checks
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
+from analyzer.compare.summary import summarize
 from analyzer.loader import load
 from analyzer.render import console as render
-from analyzer.summary import summarize
 
 PP = os.path.join(REPO, "traces", "fsdp_tp_pp_1f1b.trace")
 HSDP = os.path.join(REPO, "traces", "hsdp_tp.trace")

@@ -23,16 +23,18 @@ CYCLES = [
 def test_exactly_one_deadlock_cycle_naming_its_ranks(recorded, name, world, cycle):
     path, _ = recorded(name, world, "fake")
     found = run_checks(load(path)).findings
-    assert [(f.kind, f.culprit_ranks) for f in found] == [("deadlock_cycle", sorted(cycle))], [f.message for f in found]
+    assert [(f.kind.name, f.culprit_ranks) for f in found] == [("deadlock_cycle", sorted(cycle))], [
+        f.message for f in found
+    ]
     f = found[0]
-    assert f.extra["cycle"] == cycle  # in wait order, starting from the lowest rank
+    assert f.cycle == cycle  # in wait order, starting from the lowest rank
     assert f.message.startswith(f"deadlock: {len(cycle)} ranks wait on each other")
     assert all(f"{name}.py" in fr for fr in f.frames.values())
 
 
 def test_mesh_cycle_goes_through_all_four_groups(recorded):
     (f,) = ordering_check(load(recorded("deadlock_mesh", 4, "fake")[0]), CheckOptions()).findings
-    assert sorted(g["label"] for g in f.extra["groups"]) == ["dp", "dp", "tp", "tp"]
+    assert sorted(g["label"] for g in f.groups) == ["dp", "dp", "tp", "tp"]
     assert "waiting for rank 1" in f.message and "waiting for rank 0" in f.message
 
 
@@ -71,11 +73,11 @@ def test_hang_names_the_rank_that_stopped_and_what_it_should_run_next(stopped):
     assert broken.truncated and report.semantics == "replayed"
     assert sorted(report.stuck) == [r for r in range(64) if r != 17]
     (root,) = report.findings
-    assert root.kind == "stalled_rank" and root.culprit_ranks == [17]
-    assert root.extra["waiting_ranks"] == [r for r in range(64) if r != 17]  # all wait on it, transitively
+    assert root.kind.name == "stalled_rank" and root.culprit_ranks == [17]
+    assert root.waiting_ranks == [r for r in range(64) if r != 17]  # all wait on it, transitively
     assert root.group["label"] == "dp" and root.group["ranks"] == list(range(1, 64, 8)) and root.seq == 1
     assert "rank 17 never entered all_gather_into_tensor #1 on dp (ranks 1-57 step 8)" in root.message
-    nxt = root.extra["expected_next"]
+    nxt = root.expected_next
     assert (nxt["op"], nxt["group"], nxt["seq"]) == ("all_gather_into_tensor", "dp", 1)
     assert nxt["frame"].endswith("stop_early.py:19 in <module>")
 
@@ -103,4 +105,4 @@ def test_hang_cli_dot_and_json(stopped, recorded, tmp_path):
 
 def test_hang_on_a_dry_run_deadlock_reports_the_cycle(recorded):
     report = analyze(load(recorded("deadlock_mesh", 4, "fake")[0]))
-    assert [f.kind for f in report.findings] == ["deadlock_cycle"] and sorted(report.stuck) == [0, 1, 2, 3]
+    assert [f.kind.name for f in report.findings] == ["deadlock_cycle"] and sorted(report.stuck) == [0, 1, 2, 3]

@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 from conftest import BIN, REPO, program
 
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
+from analyzer.compare.normalize import Options, normalize
 from analyzer.loader import load
-from analyzer.normalize import Options, normalize
 from tracer.golden import record_example
 
 AG = "all_gather_into_tensor"
@@ -161,7 +161,7 @@ def test_cli_exit_codes_and_json(branch_pair):
 
 def test_diff_modules_import_without_torch():
     code = (
-        "import sys; import analyzer.cli, analyzer.diff, analyzer.normalize, analyzer.golden, "
+        "import sys; import analyzer.cli, analyzer.compare.diff, analyzer.compare.normalize, analyzer.compare.golden, "
         "analyzer.render.console, analyzer.render.json; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

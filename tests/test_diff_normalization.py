@@ -1,4 +1,4 @@
-"""analyzer diff's normalization (analyzer.normalize.Options): mesh dims that name the same dim
+"""analyzer diff's normalization (analyzer.compare.normalize.Options): mesh dims that name the same dim
 (dp_shard ~ fsdp) compare equal, and group creation, mesh events and size-1 collectives stay out
 of the first divergence unless asked for (--groups); goldens still compare everything."""
 
@@ -8,9 +8,9 @@ import pytest
 from conftest import program
 from test_workload_config import run_tracer
 
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
+from analyzer.compare.normalize import Options, normalize, parse_aliases
 from analyzer.loader import load
-from analyzer.normalize import Options, normalize, parse_aliases
 
 
 @pytest.fixture(scope="module")

@@ -44,13 +44,13 @@ def fr_dumps(tmp_path_factory):
 def test_seeded_bug_has_right_kind_and_culprit(fr_dumps, case, form):
     found = run_checks(load(fr_dumps / case / form)).findings
     expected = EXPECTED[case]
-    got = [(f.kind, f.culprit_ranks, f.group["label"]) for f in found]
+    got = [(f.kind.name, f.culprit_ranks, f.group["label"]) for f in found]
     assert got == ([] if expected is None else [expected]), [f.message for f in found]
 
 
 def test_skip_is_one_finding_at_the_skipped_collective(fr_dumps):
     (f,) = run_checks(load(fr_dumps / "skip" / "pickle")).findings
-    assert f.extra["detail"] == "skipped" and "make_dumps.py" in f.message
+    assert f.detail == "skipped" and "make_dumps.py" in f.message
 
 
 def test_dead_rank_is_missing_and_the_rest_analysed(fr_dumps):
@@ -59,7 +59,7 @@ def test_dead_rank_is_missing_and_the_rest_analysed(fr_dumps):
         assert t.ranks == [0, 1, 2] and t.missing_ranks == [3] and t.world_size == 4
         assert any("missing ranks" in n for n in t.notes)
     (f,) = run_checks(load(fr_dumps / "dead" / "pickle")).findings
-    assert f.extra["waiting"] == [0, 1, 2] and f.op == "all_reduce"
+    assert f.waiting == [0, 1, 2] and f.op == "all_reduce"
 
 
 def test_frames_and_normalised_conventions(fr_dumps):
@@ -121,7 +121,7 @@ def test_one_dump_file_and_any_naming(fr_dumps, tmp_path):
     assert t.ranks == [3]
     for r, src in enumerate(sorted((fr_dumps / "size" / "pickle").iterdir())):
         (tmp_path / f"nccl_trace_host{r + 7:02d}_{r}").write_bytes(src.read_bytes())
-    assert [(f.kind, f.culprit_ranks) for f in run_checks(load(tmp_path)).findings] == [("shape_mismatch", [2])]
+    assert [(f.kind.name, f.culprit_ranks) for f in run_checks(load(tmp_path)).findings] == [("shape_mismatch", [2])]
 
 
 class _Evil:
@@ -172,11 +172,13 @@ def test_cross_group_cycle_from_the_entries_each_rank_is_stuck_in(fr_dumps, form
 
     t = load(fr_dumps / "cycle" / form)
     found = run_checks(t).findings
-    assert [(f.kind, f.culprit_ranks) for f in found] == [("deadlock_cycle", [0, 1, 2, 3])], [f.message for f in found]
-    assert len(found[0].extra["groups"]) == 4
+    assert [(f.kind.name, f.culprit_ranks) for f in found] == [("deadlock_cycle", [0, 1, 2, 3])], [
+        f.message for f in found
+    ]
+    assert len(found[0].groups) == 4
     report = analyze(t)
     assert report.semantics == "post-mortem" and sorted(report.stuck) == [0, 1, 2, 3]
-    assert [(f.kind, f.culprit_ranks) for f in report.findings] == [("deadlock_cycle", [0, 1, 2, 3])]
+    assert [(f.kind.name, f.culprit_ranks) for f in report.findings] == [("deadlock_cycle", [0, 1, 2, 3])]
 
 
 @pytest.mark.parametrize("form", ["json", "repaired"])
@@ -188,9 +190,9 @@ def test_hang_names_the_dead_rank_and_what_it_should_run_next(fr_dumps, form):
     report = analyze(load(fr_dumps / "dead" / form), load(fr_dumps / "healthy" / form))
     assert sorted(report.stuck) == [0, 1, 2]
     (root,) = report.findings
-    assert root.kind == "stalled_rank" and root.culprit_ranks == [3]
-    assert root.extra["waiting_ranks"] == [0, 1, 2]
-    assert root.extra["expected_next"]["op"] == "all_reduce"
+    assert root.kind.name == "stalled_rank" and root.culprit_ranks == [3]
+    assert root.waiting_ranks == [0, 1, 2]
+    assert root.expected_next["op"] == "all_reduce"
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -202,6 +204,6 @@ def test_gloo_mesh_cross_group_deadlock_dumped_after_the_timeout(fr_dumps, form)
 
     t = load(fr_dumps / "mesh" / form)
     for found in (run_checks(t).findings, analyze(t).findings):
-        assert [(f.kind, f.culprit_ranks) for f in found] == [("deadlock_cycle", [0, 1, 2, 3])]
-        cycle = found[0].extra["cycle"]
+        assert [(f.kind.name, f.culprit_ranks) for f in found] == [("deadlock_cycle", [0, 1, 2, 3])]
+        cycle = found[0].cycle
         assert cycle[cycle.index(0) :] + cycle[: cycle.index(0)] == [0, 1, 3, 2]

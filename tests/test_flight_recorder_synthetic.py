@@ -79,7 +79,7 @@ def test_nccl_p2p_matched_per_pair_and_mismatch_found(tmp_path):
     t = load(tmp_path)
     sends = t.events.filter(pl.col("op") == "send").select("rank", "peer", "seq").rows()
     assert sorted(sends) == [(0, 1, 0), (1, 0, 0)]
-    assert [(f.kind, f.culprit_ranks) for f in run_checks(t).findings] == [("p2p_mismatch", [0, 1])]
+    assert [(f.kind.name, f.culprit_ranks) for f in run_checks(t).findings] == [("p2p_mismatch", [0, 1])]
 
 
 def test_old_version_without_seq_names_or_process_group(tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
 from analyzer.loader import LoadError, load
 from traceformat import codec
 from traceformat import parts as trace_parts

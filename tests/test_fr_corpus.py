@@ -33,10 +33,12 @@ def test_case_verdict(folders, case):
     _, want_check, want_hang = CASES[case]
     t = load(folders / case)
     found = run_checks(t).findings
-    assert sorted((f.kind, f.culprit_ranks) for f in found) == sorted(want_check), [f.message for f in found]
+    assert sorted((f.kind.name, f.culprit_ranks) for f in found) == sorted(want_check), [f.message for f in found]
     if want_hang is not None:
         report = analyze(t)
-        assert [(f.kind, f.culprit_ranks) for f in report.findings] == want_hang, [f.message for f in report.findings]
+        assert [(f.kind.name, f.culprit_ranks) for f in report.findings] == want_hang, [
+            f.message for f in report.findings
+        ]
 
 
 def test_swapped_groups_every_member_issued_every_op(folders):
@@ -54,10 +56,10 @@ def test_pipeline_every_stuck_rank_found(folders):
     t = load(folders / "nccl_pipeline_started_p2p")
     report = analyze(t)
     assert {r: b.waits_for for r, b in report.stuck.items()} == {0: [1], 1: [2], 2: [3]}
-    assert report.findings[0].extra["waiting_ranks"] == [0, 1, 2]
+    assert report.findings[0].waiting_ranks == [0, 1, 2]
     assert "never entered recv #0 2->3" in report.findings[0].message
     (f,) = run_checks(t).findings
-    assert f.extra["detail"] == "never_posted" and f.extra["waiting_ranks"] == [0, 1, 2] and f.ranks == [0, 1, 2, 3]
+    assert f.detail == "never_posted" and f.waiting_ranks == [0, 1, 2] and f.ranks == [0, 1, 2, 3]
     assert f.message.startswith("rank 3 never posted the recv matching rank 2's send #0 to rank 3")
     merged = build_report(t, ReportInputs(source="x")).findings
     assert {r for g in merged for r in g.culprit_ranks} == {3}
@@ -68,10 +70,10 @@ def test_wrong_peer_blames_the_sender_not_the_idle_destination(folders):
     culprit 2, with rank 3 stuck behind it, from check, hang and report alike."""
     t = load(folders / "nccl_pipeline_wrong_peer")
     (f,) = run_checks(t).findings
-    assert (f.extra["detail"], f.extra["meant_peer"], f.extra["waiting_ranks"]) == ("wrong_peer", 3, [2, 3])
+    assert (f.detail, f.meant_peer, f.waiting_ranks) == ("wrong_peer", 3, [2, 3])
     (root,) = analyze(t).findings
-    assert (root.kind, root.culprit_ranks, root.extra["waiting_ranks"]) == ("unmatched_p2p", [2], [2, 3])
-    assert [(g.kind, g.culprit_ranks) for g in build_report(t, ReportInputs(source="x")).findings] == [
+    assert (root.kind.name, root.culprit_ranks, root.waiting_ranks) == ("unmatched_p2p", [2], [2, 3])
+    assert [(g.kind.name, g.culprit_ranks) for g in build_report(t, ReportInputs(source="x")).findings] == [
         ("unmatched_p2p", [2])
     ]
 
@@ -81,8 +83,8 @@ def test_gloo_status_never_hides_the_cycle(folders):
     0 -> 1 -> 3 -> 2 -> 0 through the four mesh groups is found; no missing_collective symptom."""
     t = load(folders / "gloo_mesh_cross_group_timeout")
     (f,) = run_checks(t).findings
-    assert f.kind == "deadlock_cycle" and len(f.extra["groups"]) == 4
-    cycle = f.extra["cycle"]
+    assert f.kind.name == "deadlock_cycle" and len(f.groups) == 4
+    cycle = f.cycle
     start = cycle.index(0)
     assert cycle[start:] + cycle[:start] == [0, 1, 3, 2]
 
@@ -99,9 +101,9 @@ def test_coalesced_blocks_are_one_event_each(folders):
 
 def test_dump_numbers_in_message_and_json(folders):
     (f,) = run_checks(load(folders / "nccl_wrapped_size_mismatch")).findings
-    assert f.seq == 30 and f.extra["fr"]["collective_seq_id"] == [31]
-    assert f.extra["fr"]["record_id"] == {0: 30, 1: 30, 2: 30, 3: 30}
-    assert "FR collective_seq_id 31" in f.message and f.extra["seq_numbering"].startswith("commtrace")
+    assert f.seq == 30 and f.fr["collective_seq_id"] == [31]
+    assert f.fr["record_id"] == {0: 30, 1: 30, 2: 30, 3: 30}
+    assert "FR collective_seq_id 31" in f.message and f.seq_numbering.startswith("commtrace")
 
 
 def test_cli_json_says_which_numbering(folders):

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from analyzer.checks import run_checks
 from analyzer.checks.common import majority
+from analyzer.compare.summary import summarize
 from analyzer.loader import LoadError, load
-from analyzer.summary import summarize
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
 from traceformat.golden import canonical
@@ -85,7 +85,7 @@ def test_group_whose_majority_issued_nothing(tmp_path):
     for r, d in per.items():
         (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(d, protocol=2))
     found = run_checks(load(tmp_path)).findings
-    assert [(f.kind, f.culprit_ranks) for f in found if f.group["name"] == "1"] == [("missing_collective", [0])]
+    assert [(f.kind.name, f.culprit_ranks) for f in found if f.group["name"] == "1"] == [("missing_collective", [0])]
 
 
 @pytest.mark.parametrize("field, value", [("gid", 1 << 31), ("gid", -(1 << 63)), ("ranks", [0, 1 << 40])])
@@ -186,7 +186,7 @@ def test_header_rank_list_that_is_not_ints_is_refused(tmp_path):
 def test_mesh_atom_with_odd_members_is_skipped_by_normalize(tmp_path):
     """bench/fuzz.py seed 0, case 49371 (at 35ea394): a mesh event's info atom whose `ranks`
     held a dict was sorted with ints in diff's group normalization."""
-    from analyzer.diff import diff_traces
+    from analyzer.compare.diff import diff_traces
 
     data = trace_reader.read_trace(os.path.join(REPO, "traces", "fsdp_tp.trace"))
     meshes = [i for i, a in enumerate(data.atoms) if isinstance(a, dict) and a.get("dims") and a.get("ranks")]
@@ -207,4 +207,4 @@ def test_all_to_all_splits_atom_that_is_not_two_int_lists_is_not_verified(tmp_pa
     for i in splits:
         data.atoms[i] = [5, 6]
     trace_parts.write_data(tmp_path / "odd.trace", data)
-    assert [f.kind for f in run_checks(load(tmp_path / "odd.trace")).findings] == []
+    assert [f.kind.name for f in run_checks(load(tmp_path / "odd.trace")).findings] == []

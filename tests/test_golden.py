@@ -10,9 +10,9 @@ import pytest
 from conftest import BIN, REPO
 from rich.console import Console
 
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
+from analyzer.compare.normalize import Options
 from analyzer.loader import load
-from analyzer.normalize import Options
 from traceformat.golden import examples, write_golden
 from tracer.golden import record_example
 

@@ -1,11 +1,14 @@
 """The layering: traceformat (torch-free) under both tools; the analyzer never imports torch or
-the recorder, the recorder never imports the analyzer (it runs `python -m analyzer`)."""
+the recorder, the recorder never imports the analyzer (it runs `python -m analyzer`). Inside the
+analyzer, analyzer/model/ is the ground floor (it imports nothing else from analyzer) and the
+module import graph has no cycle (an import inside a function counts)."""
 
 import ast
 import os
 import subprocess
 import sys
 
+import networkx as nx
 from conftest import REPO
 
 
@@ -41,8 +44,71 @@ def test_no_import_between_recorder_and_analyzer():
 
 def test_analyzer_cli_loads_neither_torch_nor_the_recorder():
     code = (
-        "import sys, analyzer.cli, analyzer.loader, analyzer.checks, analyzer.hang, analyzer.report, "
-        "analyzer.golden; bad = sorted(m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'tracer'); "
-        "assert not bad, bad"
+        "import sys, analyzer.cli, analyzer.loader, analyzer.model, analyzer.model.trace, analyzer.checks, "
+        "analyzer.waitfor.advance, analyzer.hang, analyzer.report, analyzer.compare.golden, analyzer.compare.summary, "
+        "analyzer.render.html, analyzer.render.perfetto; "
+        "bad = sorted(m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'tracer'); assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def _modules(package: str) -> dict[str, str]:
+    """Dotted module name -> source path, for every module of the package."""
+    out = {}
+    for root, _, files in os.walk(os.path.join(REPO, package)):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                dotted = os.path.relpath(path, REPO)[: -len(".py")].replace(os.sep, ".")
+                out[dotted.removesuffix(".__init__")] = path
+    return out
+
+
+def _imported(module: str, path: str, node: ast.Import | ast.ImportFrom, mods: dict[str, str]) -> list[str]:
+    """The dotted names an import statement of `module` (at `path`) names, relative imports
+    resolved: `from a.b import c, d` names a.b.c and a.b.d where both are modules (a.b is only
+    the package they are in), else a.b and those of them that are modules."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
+    return subs if len(subs) == len(node.names) else [base, *subs]
+
+
+def import_graph(package: str) -> nx.DiGraph:
+    """Module -> module it imports (anywhere in its source, lazily too), within the package."""
+    mods = _modules(package)
+    graph = nx.DiGraph()
+    for module, path in mods.items():
+        graph.add_node(module)
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for name in _imported(module, path, node, mods):
+                while name and name not in mods:  # a name inside a module: that module
+                    name = name.rpartition(".")[0]
+                if name and name != module:
+                    graph.add_edge(module, name)
+    return graph
+
+
+def test_analyzer_model_imports_nothing_above_it():
+    graph = import_graph("analyzer")
+    model = [m for m in graph if m == "analyzer.model" or m.startswith("analyzer.model.")]
+    assert len(model) >= 5
+    above = {m: sorted(t for t in graph.successors(m) if not t.startswith("analyzer.model")) for m in model}
+    assert {m: t for m, t in above.items() if t} == {}
+    # nor does it reach them through another package's module
+    assert all(t.startswith("analyzer.model") for m in model for t in nx.descendants(graph, m))
+
+
+def test_analyzer_import_graph_has_no_cycle():
+    graph = import_graph("analyzer")
+    assert graph.number_of_nodes() > 50 and graph.has_edge("analyzer.hang", "analyzer.checks.p2p")
+    cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert cycles == []

@@ -18,24 +18,26 @@ def test_extra_collective_is_the_root_cause_everywhere(recorded):
     path, _ = recorded("log_branch", 4, "fake")
     t = load(path)
     checked = run_checks(t).findings
-    assert [(f.kind, f.culprit_ranks, f.extra["detail"], f.seq) for f in checked] == [
+    assert [(f.kind.name, f.culprit_ranks, f.detail, f.seq) for f in checked] == [
         ("missing_collective", [0], "extra", 1),
         ("missing_collective", [0], "extra", 5),
     ]
     assert all(f.frames[0].endswith("log_branch.py:12 in <module>") for f in checked)
     report = analyze(t)
     (root,) = report.findings
-    assert (root.kind, root.culprit_ranks, root.seq) == ("missing_collective", [0], 1)
-    assert root.extra["waiting_ranks"] == [0] and "waiting for ranks 1-3" in root.message
+    assert (root.kind.name, root.culprit_ranks, root.seq) == ("missing_collective", [0], 1)
+    assert root.waiting_ranks == [0] and "waiting for ranks 1-3" in root.message
     merged = build_report(t, ReportInputs(source=path)).findings
-    assert [(f.kind, f.culprit_ranks, f.seq) for f in merged] == [(f.kind, f.culprit_ranks, f.seq) for f in checked]
+    assert [(f.kind.name, f.culprit_ranks, f.seq) for f in merged] == [
+        (f.kind.name, f.culprit_ranks, f.seq) for f in checked
+    ]
     p = subprocess.run([os.path.join(BIN, "analyzer"), "hang", path, "--json"], capture_output=True, text=True)
     out = json.loads(p.stdout)
     assert [(f["kind"], f["culprit_ranks"]) for f in out["findings"]] == [("missing_collective", [0])]
 
 
 def _verdicts(found):
-    return [(f.kind, f.culprit_ranks) for f in found]
+    return [(f.kind.name, f.culprit_ranks) for f in found]
 
 
 def test_wrong_peer_is_one_verdict_naming_the_sender(recorded):
@@ -46,7 +48,7 @@ def test_wrong_peer_is_one_verdict_naming_the_sender(recorded):
     path, _ = recorded("bug_p2p_wrong_peer", 4, "fake")
     t = load(path)
     (f,) = run_checks(t).findings
-    assert (f.kind, f.culprit_ranks, f.extra["detail"], f.extra["meant_peer"]) == (
+    assert (f.kind.name, f.culprit_ranks, f.detail, f.meant_peer) == (
         "unmatched_p2p",
         [2],
         "wrong_peer",
@@ -56,7 +58,7 @@ def test_wrong_peer_is_one_verdict_naming_the_sender(recorded):
     for eager in (0, 1 << 20):
         report = analyze(t, eager_bytes=eager)
         assert _verdicts(report.findings) == [("unmatched_p2p", [2])] and not report.on_cycle
-        assert report.findings[0].extra["waiting_ranks"] == [0, 1, 2, 3]
+        assert report.findings[0].waiting_ranks == [0, 1, 2, 3]
     assert _verdicts(build_report(t, ReportInputs(source=path)).findings) == [("unmatched_p2p", [2])]
 
 
@@ -67,7 +69,7 @@ def test_unmatched_recv_is_the_root_cause_not_a_deadlock(recorded):
     t = load(path)
     assert _verdicts(run_checks(t).findings) == [("unmatched_p2p", [3])]
     report = analyze(t)
-    assert _verdicts(report.findings) == [("unmatched_p2p", [3])] and report.findings[0].extra["waiting_ranks"] == [
+    assert _verdicts(report.findings) == [("unmatched_p2p", [3])] and report.findings[0].waiting_ranks == [
         0,
         1,
         2,
@@ -84,5 +86,5 @@ def test_pipeline_skipped_send_hang_agrees_with_check(recorded):
     checked = run_checks(t).findings
     assert _verdicts(checked) == [("unmatched_p2p", [1])]
     (root,) = analyze(t).findings
-    assert (root.kind, root.culprit_ranks, root.extra["waiting_ranks"]) == ("unmatched_p2p", [1], [0, 1])
+    assert (root.kind.name, root.culprit_ranks, root.waiting_ranks) == ("unmatched_p2p", [1], [0, 1])
     assert "waiting for rank 3" in root.message

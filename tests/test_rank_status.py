@@ -63,7 +63,7 @@ def test_ranks_killed_at_the_timeout_are_named_with_why(tmp_path):
     }
     assert {r: s["status"] for r, s in t.status.items()} == {0: "timed_out", 1: "timed_out"} and t.truncated
     (f,) = run_checks(t).findings
-    assert (f.kind, f.culprit_ranks) == ("failed_rank", [0, 1])
+    assert (f.kind.name, f.culprit_ranks) == ("failed_rank", [0, 1])
     assert f.message == (
         "ranks 0-1 timed out: timed out after 4 s (killed; events up to then are kept) (4 events "
         "kept): the recording is incomplete, and what the other ranks did after that point may be "

@@ -83,7 +83,7 @@ def test_recorded_cycle_hangs_on_gloo_and_the_replay_names_it(recorded, tmp_path
     assert _marked(out) == []  # every replay rank is gone with the command
     report = analyze(load(out))
     assert report.semantics == "post-mortem"
-    assert [(f.kind, f.ranks) for f in report.findings] == [("deadlock_cycle", [0, 1])]
+    assert [(f.kind.name, f.ranks) for f in report.findings] == [("deadlock_cycle", [0, 1])]
 
 
 @pytest.fixture

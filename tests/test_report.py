@@ -93,7 +93,7 @@ def test_stalled_rank_among_64_is_drawn_folded(recorded):
     waiters and folds the rest, saying how many."""
     path, _ = recorded("stop_early", 64, "fake", args=("--stop", "17"))
     report = build_report(load(path), ReportInputs(source=path))
-    assert report.hang.hung and any(f.kind == "stalled_rank" and f.culprit_ranks == [17] for f in report.findings)
+    assert report.hang.hung and any(f.kind.name == "stalled_rank" and f.culprit_ranks == [17] for f in report.findings)
     pic = waitgraph.draw(report.hang)
     assert pic.stalled_ranks == [17] and pic.cycle_ranks == []
     assert pic.drawn + pic.omitted == report.hang.graph.number_of_nodes() == 64

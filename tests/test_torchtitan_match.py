@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 from conftest import REPO
 
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
+from analyzer.compare.normalize import normalize
 from analyzer.loader import load
-from analyzer.normalize import normalize
 
 RANKS, STEPS = 8, 2
 KNOWN = {

@@ -1,5 +1,5 @@
 """TorchTitan 0.3 itself, recorded again through the adapter and compared with its goldens
-(analyzer.golden.compare: the `analyzer golden check` comparison), for what the adapter had to
+(analyzer.compare.golden.compare: the `analyzer golden check` comparison), for what the adapter had to
 make work on a CPU: pipeline parallel (torch 2.13's schedules taking TorchTitan's microbatch
 lists, the stage handshake over the object channel) and TorchTitan's own
 `--comm.mode local_tensor` in local mode (one LocalTensorMode, TorchTitan's set-up rank reads).
@@ -15,7 +15,7 @@ from conftest import REPO
 from test_torchtitan_adapter import SMALL, _record, needs_torchtitan
 
 from analyzer.checks import run_checks
-from analyzer.golden import compare
+from analyzer.compare.golden import compare
 from analyzer.loader import load
 
 pytestmark = [needs_torchtitan, pytest.mark.torchtitan, pytest.mark.slow]

@@ -1,7 +1,12 @@
 """The shared vocabulary: the op table, wait keys, finding kinds and trace modes, each written
 once and read everywhere (values below derived by hand from c10d's semantics)."""
 
-from analyzer.findings import KINDS, kind_of
+import importlib
+import pkgutil
+
+import analyzer.checks
+from analyzer.checks import KINDS
+from analyzer.model.findings import Kind
 from analyzer.waitfor.semantics import WaitKey
 from traceformat.format import Mode
 from traceformat.ops import (
@@ -55,7 +60,13 @@ def test_wait_keys():
 
 
 def test_finding_kinds_are_declared_by_their_emitters():
-    kind_of("stalled_rank")  # imports every emitter
+    # every Kind declared at the top of a check module (and hang's) is listed in KINDS, once
+    modules = [
+        importlib.import_module(m.name) for m in pkgutil.iter_modules(analyzer.checks.__path__, "analyzer.checks.")
+    ]
+    declared = {id(v): v for m in [*modules, importlib.import_module("analyzer.hang")] for v in vars(m).values()}
+    kinds = [v for v in declared.values() if isinstance(v, Kind)]
+    assert sorted(k.name for k in kinds) == sorted(KINDS) and all(KINDS[k.name] is k for k in kinds)
     blocking = {k for k, v in KINDS.items() if v.blocks}
     assert blocking == {
         "missing_collective",

@@ -2,7 +2,7 @@
 re-recording an unchanged example gives byte-identical files and they stay small and portable
 across checkouts: timestamps 0, no creation time, frames and config paths relative to the
 repository (basename when outside it). Events stay pattern blocks like any trace; comparison
-never depends on the bytes anyway (`analyzer golden check`: analyzer.diff over normalized
+never depends on the bytes anyway (`analyzer golden check`: analyzer.compare.diff over normalized
 signatures). Recording the examples is the recorder's (`tracer golden update|check`,
 tracer/golden.py); this module only names and writes goldens, torch-free.
 """

@@ -1,13 +1,24 @@
 """Checks: each a pure function `check(trace, options) -> Checked` (findings and notes) in its own
 module, listed in CHECKS (a plain registry). A new check is one module here, added to CHECKS,
-declaring its finding kinds with `analyzer.findings.kind`."""
+declaring its finding kinds (`analyzer.model.findings.Kind`) at its top, listed in KINDS."""
 
 from __future__ import annotations
 
-from analyzer.checks import collectives, fr_numbers, groups, missing_ranks, ordering, p2p
+from analyzer.checks import (
+    collectives,
+    fr_numbers,
+    groups,
+    missing_ranks,
+    ordering,
+    p2p,
+    p2p_cause,
+    rank_status,
+    shape_rules,
+    stalled_rank,
+)
 from analyzer.checks.options import Checked, CheckOptions
-from analyzer.findings import Finding
-from analyzer.trace import Trace
+from analyzer.model.findings import Finding, Kind
+from analyzer.model.trace import Trace
 
 CHECKS = {
     "groups": groups.check,
@@ -16,6 +27,28 @@ CHECKS = {
     "missing_ranks": missing_ranks.check,
     "ordering": ordering.check,
 }
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        groups.GROUP_MISMATCH,
+        collectives.OP_MISMATCH,
+        shape_rules.DTYPE_MISMATCH,
+        collectives.REDUCE_OP_MISMATCH,
+        collectives.ROOT_MISMATCH,
+        shape_rules.SHAPE_MISMATCH,
+        shape_rules.SPLIT_MISMATCH,
+        collectives.MISSING_COLLECTIVE,
+        p2p.P2P_MISMATCH,
+        p2p_cause.UNMATCHED_P2P,
+        ordering.DEADLOCK_CYCLE,
+        rank_status.MISSING_RANK,
+        rank_status.FAILED_RANK,
+        stalled_rank.STALLED_RANK,
+    )
+}
+"""Every kind of finding the analyzer reports (`check`'s and `hang`'s), by name: what the
+README and --help material list."""
 
 
 def run_checks(trace: Trace, options: CheckOptions | None = None, names: list[str] | None = None) -> Checked:
@@ -39,7 +72,7 @@ def _without_cycle_symptoms(found: list[Finding]) -> list[Finding]:
 
     def symptom(f: Finding) -> bool:
         return f.kind == collectives.MISSING_COLLECTIVE and any(
-            set(f.culprit_ranks) <= set(c.ranks) and f.group in c.extra.get("groups", []) for c in cycles
+            set(f.culprit_ranks) <= set(c.ranks) and f.group in (c.groups or []) for c in cycles
         )
 
     return [f for f in found if not symptom(f)]

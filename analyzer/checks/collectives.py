@@ -17,11 +17,13 @@ import difflib
 
 import polars as pl
 
-from analyzer.checks.common import atom_values, conflicting_gids, frame_text, group_table, majority, shape_text
+from analyzer.checks.common import atom_values, conflicting_gids, group_table, majority
 from analyzer.checks.options import Checked, CheckOptions
+from analyzer.checks.position_findings import PositionFindings
 from analyzer.checks.shape_rules import DTYPE_MISMATCH, SHAPE_MISMATCH, per_row_rules
-from analyzer.findings import Finding, group_text, kind, ranks_text
-from analyzer.trace import Trace
+from analyzer.model.findings import Finding, Kind
+from analyzer.model.text import frame_text, group_text, ranks_text, shape_text
+from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import post_mortem
 from traceformat.ops import COLLECTIVE, COLLECTIVE_OPS, ROOTED_OPS, names
 
@@ -31,11 +33,14 @@ from traceformat.ops import COLLECTIVE, COLLECTIVE_OPS, ROOTED_OPS, names
 KEY_IN = list(names(kind=COLLECTIVE, agree="in"))
 KEY_OUT = list(names(kind=COLLECTIVE, agree="out"))
 ROOTED = sorted(ROOTED_OPS)
-OP_MISMATCH = kind("op_mismatch", "members of a group issued different collectives at the same position")
-REDUCE_OP_MISMATCH = kind("reduce_op_mismatch", "members of a reduction passed different reduce ops")
-ROOT_MISMATCH = kind("root_mismatch", "members of a rooted collective named different roots")
-MISSING_COLLECTIVE = kind(
-    "missing_collective", "a rank skipped (or added) a collective its group issues", blocks=True, majority=False
+OP_MISMATCH = Kind(name="op_mismatch", about="members of a group issued different collectives at the same position")
+REDUCE_OP_MISMATCH = Kind(name="reduce_op_mismatch", about="members of a reduction passed different reduce ops")
+ROOT_MISMATCH = Kind(name="root_mismatch", about="members of a rooted collective named different roots")
+MISSING_COLLECTIVE = Kind(
+    name="missing_collective",
+    about="a rank skipped (or added) a collective its group issues",
+    blocks=True,
+    majority=False,
 )
 FIELDS = (
     ("op", OP_MISMATCH),
@@ -95,69 +100,6 @@ def _full(trace: Trace, rows: pl.DataFrame, pats: pl.DataFrame) -> pl.DataFrame:
     ).sort("seq")
 
 
-class _Report:
-    """Findings keyed by (kind, group, position) so that ranks deviating alike share one."""
-
-    def __init__(self, trace: Trace, groups: dict):
-        self.trace, self.groups = trace, groups
-        self.found: dict[tuple, Finding] = {}
-
-    def add(
-        self,
-        kind: str,
-        gid: int,
-        pos: int | None,
-        rank: int,
-        *,
-        op,
-        expected,
-        actual,
-        frame: str,
-        members: list[int],
-        message,
-        rep_frame: str | None = None,
-        extra: dict | None = None,
-    ) -> None:
-        key = (kind, gid, pos, extra.get("detail") if extra else None)
-        f = self.found.get(key)
-        if f is None:
-            f = self.found[key] = Finding(
-                kind=kind,
-                message="",
-                ranks=list(members),
-                culprit_ranks=[],
-                group=self.groups[gid],
-                seq=pos,
-                op=op,
-                expected=expected,
-                extra=dict(extra or {}),
-            )
-            f.extra["_message"] = message
-            if rep_frame:
-                f.frames[-1] = rep_frame
-        if rank not in f.culprit_ranks:
-            f.culprit_ranks.append(rank)
-        f.actual[rank] = actual
-        f.frames[rank] = frame
-
-    def findings(self) -> list[Finding]:
-        out = []
-        # a rank whose own output breaks output = input is the culprit of the cross-rank
-        # difference at that position too: the cross-rank finding is dropped, not repeated
-        own = {(k[0], k[1], k[2]): set(f.culprit_ranks) for k, f in self.found.items() if k[3] == "output side"}
-        for key, f in list(self.found.items()):
-            side = own.get((key[0], key[1], key[2])) if key[3] is None else None
-            if side and (set(f.culprit_ranks) <= side or len(f.culprit_ranks) == len(f.ranks)):
-                del self.found[key]
-        for f in self.found.values():
-            f.culprit_ranks.sort()
-            f.message = f.extra.pop("_message")(f)
-            out.append(f)
-        return sorted(
-            out, key=lambda f: (f.group["label"] if f.group else "", f.seq if f.seq is not None else -1, f.kind)
-        )
-
-
 def check(trace: Trace, options: CheckOptions) -> Checked:
     return Checked(findings=_findings(trace))
 
@@ -169,7 +111,7 @@ def _findings(trace: Trace) -> list[Finding]:
         return []
     rows = collective_rows(trace, pats)
     present = set(trace.ranks)
-    report = _Report(trace, groups)
+    report = PositionFindings(groups)
     atoms = atom_values(
         trace,
         set(pats["key"].unique().to_list())
@@ -231,7 +173,7 @@ def _findings(trace: Trace) -> list[Finding]:
 
 
 def _align(
-    report: _Report, gid: int, members, culprits, ranks: tuple[int, int], rep_rows, dev_rows, trace, atoms
+    report: PositionFindings, gid: int, members, culprits, ranks: tuple[int, int], rep_rows, dev_rows, trace, atoms
 ) -> list[tuple[int, int]]:
     """Diff a deviating rank against the majority's representative (`ranks` = (representative,
     deviating rank)); report skips, extras and replaced pairs. Either stream may be empty.
@@ -373,7 +315,8 @@ def _missing(report, gid, members, culprits, skipped: list[dict], rank, dev_rows
             members=members,
             message=message,
             rep_frame=frame_text(first),
-            extra={"detail": detail, "count": len(skipped)},
+            detail=detail,
+            count=len(skipped),
         )
 
 
@@ -401,5 +344,6 @@ def _extra(report, gid, members, culprits, added: list[dict], rep_rows, i) -> No
             frame=frame_text(first),
             members=members,
             message=message,
-            extra={"detail": "extra", "count": len(added)},
+            detail="extra",
+            count=len(added),
         )

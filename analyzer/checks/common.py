@@ -1,4 +1,4 @@
-"""Helpers the checks share: group tables, atom decoding, majority votes."""
+"""Helpers the checks share: group tables, atom decoding, majority votes (their texts: analyzer.model.text)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.trace import Trace
+from analyzer.model.trace import Trace
 
 
 def group_table(trace: Trace) -> dict[int, dict]:
@@ -48,24 +48,3 @@ def majority(values: dict[int, Any]) -> tuple[Any, list[int]]:
     if n * 2 <= len(values) and len(counts) > 1:
         return value, sorted(values)
     return value, sorted(r for r, v in values.items() if v != value)
-
-
-def is_shapes(value) -> bool:
-    """A list of shapes (lists of ints): what in_shapes / out_shapes atoms hold in a sound trace."""
-    return isinstance(value, list) and all(isinstance(s, list) and all(type(d) is int for d in s) for s in value)
-
-
-def shape_text(shapes) -> str:
-    if shapes is None:
-        return "-"
-    if not is_shapes(shapes):
-        return str(shapes)
-    if len(shapes) == 1:
-        return "(" + ", ".join(map(str, shapes[0])) + ")"
-    return "[" + ", ".join("(" + ", ".join(map(str, s)) + ")" for s in shapes) + "]"
-
-
-def frame_text(row: dict) -> str:
-    """Where an event was issued: its user frame, and the module when known."""
-    frame = row.get("frame") or "?"
-    return f"{frame} [{row['module']}]" if row.get("module") else frame

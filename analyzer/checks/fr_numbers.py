@@ -9,20 +9,21 @@ dst)); on dumps a finding also gets `fr` = {"collective_seq_id" or "p2p_seq_id",
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
 
 from analyzer.checks.common import group_table
-from analyzer.findings import Finding
-from analyzer.trace import Trace
+from analyzer.model.findings import Finding
+from analyzer.model.trace import Trace
 
 NUMBERING = "commtrace: seq from 0 per group (p2p: per group, src, dst)"
 
 
 def annotate(trace: Trace, found: list[Finding]) -> list[Finding]:
-    for f in found:
-        f.extra.setdefault("seq_numbering", NUMBERING)
+    """The findings with their numbering said, and on dumps the dump's own numbers (module doc)."""
+    found = [f if f.seq_numbering is not None else replace(f, seq_numbering=NUMBERING) for f in found]
     if "fr_seq" not in trace.stream.columns:
         return found
     gid_of = {(g["name"], tuple(g["ranks"])): gid for gid, g in group_table(trace).items()}
@@ -42,26 +43,30 @@ def annotate(trace: Trace, found: list[Finding]) -> list[Finding]:
     by_key: dict[tuple, list[dict]] = {}
     for row in rows.to_dicts():
         by_key.setdefault((row["group"], row["seq"]), []).append(row)
-    for f in found:
-        if gid(f) is None:
-            continue
-        hits = by_key.get((gid(f), f.seq), [])
-        p2p = f.op in ("send", "recv", "send/recv")
-        hits = [h for h in hits if (str(h["op"]) in ("send", "recv")) == p2p]
-        if not hits:
-            continue
-        mine = [h for h in hits if h["rank"] in set(f.culprit_ranks) | set(f.ranks)] or hits
-        fr: dict[str, Any]
-        if p2p:
-            fr = {"p2p_seq_id": sorted({h["fr_p2p_seq"] for h in mine})}
-        else:
-            fr = {"collective_seq_id": sorted({h["fr_seq"] for h in mine})}
-        fr["record_id"] = {h["rank"]: h["record_id"] for h in sorted(mine, key=lambda h: h["rank"])}
-        f.extra["fr"] = fr
-        name, ids = next(iter(fr.items()))
-        rids = ", ".join(f"rank {r}: {i}" for r, i in list(fr["record_id"].items())[:8])
-        f.message += (
+    return [_with_dump_numbers(f, by_key.get((gid(f), f.seq), [])) if gid(f) is not None else f for f in found]
+
+
+def _with_dump_numbers(f: Finding, hits: list[dict]) -> Finding:
+    """`f` with `fr` and its message's tail, from the dump entries at its (group, seq)."""
+    p2p = f.op in ("send", "recv", "send/recv")
+    hits = [h for h in hits if (str(h["op"]) in ("send", "recv")) == p2p]
+    if not hits:
+        return f
+    mine = [h for h in hits if h["rank"] in set(f.culprit_ranks) | set(f.ranks)] or hits
+    fr: dict[str, Any]
+    if p2p:
+        fr = {"p2p_seq_id": sorted({h["fr_p2p_seq"] for h in mine})}
+    else:
+        fr = {"collective_seq_id": sorted({h["fr_seq"] for h in mine})}
+    fr["record_id"] = {h["rank"]: h["record_id"] for h in sorted(mine, key=lambda h: h["rank"])}
+    name, ids = next(iter(fr.items()))
+    rids = ", ".join(f"rank {r}: {i}" for r, i in list(fr["record_id"].items())[:8])
+    return replace(
+        f,
+        fr=fr,
+        message=f.message
+        + (
             f" [dump numbers: FR {name} {'/'.join(map(str, ids))}; record_id {rids}"
             f"{' ...' if len(fr['record_id']) > 8 else ''}; #{f.seq} is commtrace's 0-based seq]"
-        )
-    return found
+        ),
+    )

@@ -12,11 +12,12 @@ import polars as pl
 
 from analyzer.checks.common import majority
 from analyzer.checks.options import Checked, CheckOptions
-from analyzer.findings import Finding, kind, ranks_text
-from analyzer.trace import Trace
+from analyzer.model.findings import Finding, Kind
+from analyzer.model.text import ranks_text
+from analyzer.model.trace import Trace
 
-GROUP_MISMATCH = kind(
-    "group_mismatch", "ranks created process groups differently (members, order, or count)", majority=False
+GROUP_MISMATCH = Kind(
+    name="group_mismatch", about="ranks created process groups differently (members, order, or count)", majority=False
 )
 
 

@@ -16,17 +16,11 @@ import polars as pl
 from analyzer.checks import rank_status
 from analyzer.checks.common import group_table
 from analyzer.checks.options import Checked, CheckOptions
-from analyzer.findings import Finding, group_text, kind, ranks_text
-from analyzer.trace import Trace
+from analyzer.checks.rank_status import MISSING_RANK
+from analyzer.model.findings import Finding
+from analyzer.model.text import group_text, ranks_text
+from analyzer.model.trace import Trace
 from traceformat.ops import COLLECTIVE_OPS
-
-MISSING_RANK = kind(
-    "missing_rank",
-    "a member of a group left no stream (a dump never written, a rank not "
-    "recorded) while its peers wait in a collective",
-    blocks=True,
-    majority=False,
-)
 
 
 def check(trace: Trace, options: CheckOptions) -> Checked:
@@ -69,7 +63,8 @@ def _waited_on(trace: Trace) -> list[Finding]:
                 expected=f"every member joins {at['op']} #{at['seq']}",
                 actual={r: "no dump" for r in absent},
                 frames={-1: where},
-                extra={"waiting": waiting, "state": at["state"]},
+                waiting=waiting,
+                state=at["state"],
                 message=(
                     f"{who} left no Flight Recorder dump, and rank{'s' if len(waiting) > 1 else ''} "
                     f"{ranks_text(waiting)} {'are' if len(waiting) > 1 else 'is'} blocked in {at['op']} "

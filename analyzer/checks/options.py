@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analyzer.findings import Finding
+from analyzer.model.findings import Finding
 
 
 @dataclass(kw_only=True, slots=True)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from analyzer.checks.common import conflicting_gids, group_table
 from analyzer.checks.options import Checked, CheckOptions
-from analyzer.findings import Finding, kind, ranks_text
-from analyzer.trace import Trace
+from analyzer.model.findings import Finding, Kind
+from analyzer.model.text import ranks_text
+from analyzer.model.trace import Trace
 from analyzer.waitfor.advance import advance
 from analyzer.waitfor.certificate import ordered
 from analyzer.waitfor.frontier import frontier
 from analyzer.waitfor.graph import cycles, wait_graph
 from analyzer.waitfor.semantics import Blocked, has_p2p, post_mortem
 
-DEADLOCK_CYCLE = kind("deadlock_cycle", "ranks that wait on each other in a cycle (an ordering deadlock)", blocks=True)
+DEADLOCK_CYCLE = Kind(
+    name="deadlock_cycle", about="ranks that wait on each other in a cycle (an ordering deadlock)", blocks=True
+)
 
 
 def describe(b: Blocked, groups: dict) -> str:
@@ -64,11 +67,9 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
                 expected="every member enters its collectives in one order",
                 actual={r: blocked[r].key.text(groups, blocked[r].event["op"]) for r in cycle},
                 frames={r: blocked[r].event.get("frame") or "?" for r in cycle},
-                extra={
-                    "cycle": cycle,
-                    "groups": [groups[g] for g in gids if g in groups],
-                    "p2p_edges": [list(e) for e in edges],
-                },
+                cycle=cycle,
+                groups=[groups[g] for g in gids if g in groups],
+                p2p_edges=[list(e) for e in edges],
                 message=(
                     f"deadlock: {len(ranks)} ranks wait on each other in a cycle through "
                     f"{len(gids)} group{'s' if len(gids) > 1 else ''}: "

@@ -13,14 +13,15 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from analyzer.checks.common import atom_values, group_table, shape_text
+from analyzer.checks.common import atom_values, group_table
 from analyzer.checks.options import Checked, CheckOptions
-from analyzer.checks.p2p_cause import UNMATCHED_P2P, Unmatched, causes  # noqa: F401  (its kind)
-from analyzer.findings import Finding, group_text, kind
-from analyzer.trace import Trace
+from analyzer.checks.p2p_cause import Unmatched, causes
+from analyzer.model.findings import Finding, Kind
+from analyzer.model.text import group_text, shape_text
+from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import WaitKey
 
-P2P_MISMATCH = kind("p2p_mismatch", "a matched send and recv that disagree on shape, dtype or tag")
+P2P_MISMATCH = Kind(name="p2p_mismatch", about="a matched send and recv that disagree on shape, dtype or tag")
 
 
 def check(trace: Trace, options: CheckOptions) -> Checked:

@@ -21,11 +21,15 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from analyzer.findings import Finding, group_text, kind, ranks_text
-from analyzer.trace import Trace
-from analyzer.waitfor.semantics import WaitKey, post_mortem
+from analyzer.model.findings import Finding, Kind
+from analyzer.model.text import group_text, ranks_text
+from analyzer.model.trace import Trace
+from analyzer.waitfor.frontier import frontier
+from analyzer.waitfor.graph import wait_graph
+from analyzer.waitfor.progress import last_comm
+from analyzer.waitfor.semantics import Blocked, WaitKey, post_mortem
 
-UNMATCHED_P2P = kind("unmatched_p2p", "a send without its recv or a recv without its send", blocks=True)
+UNMATCHED_P2P = Kind(name="unmatched_p2p", about="a send without its recv or a recv without its send", blocks=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +106,7 @@ def _wrong_peers(ops: list[Unmatched]) -> tuple[list[tuple[Unmatched, Unmatched]
     return pairs, [u for u in order if u not in used]
 
 
-def _frontier(trace: Trace):
-    from analyzer.waitfor.frontier import frontier
-    from analyzer.waitfor.graph import wait_graph
-
+def _frontier(trace: Trace) -> tuple[dict[int, Blocked], nx.DiGraph]:
     stuck = frontier(trace)
     return stuck, wait_graph(stuck)
 
@@ -128,9 +129,6 @@ def _wrong_peer(wrong: Unmatched, meant: Unmatched, groups: dict, stuck: dict | 
     waiting = _waiting(graph, culprit, stuck)
     what = "send" if wrong.send else "recv"
     to = "to" if wrong.send else "from"
-    extra: dict = {"detail": "wrong_peer", "meant_peer": meant.issuer}
-    if graph is not None:
-        extra["waiting_ranks"] = waiting
     return Finding(
         kind=UNMATCHED_P2P,
         ranks=sorted({wrong.src, wrong.dst, meant.src, meant.dst} | set(waiting)),
@@ -147,7 +145,9 @@ def _wrong_peer(wrong: Unmatched, meant: Unmatched, groups: dict, stuck: dict | 
             f"{'receives from' if wrong.send else 'sends to'} rank {culprit}), while {meant.text(groups)} has "
             f"none either: it was meant for rank {meant.issuer}" + _wait_text(waiting)
         ),
-        extra=extra,
+        detail="wrong_peer",
+        meant_peer=meant.issuer,
+        waiting_ranks=waiting if graph is not None else None,
     )
 
 
@@ -166,13 +166,11 @@ def _no_partner(u: Unmatched, groups: dict) -> Finding:
         message=(
             f"{u.text(groups)} has no matching {partner}: rank {u.partner} never {'receives' if u.send else 'sends'} it"
         ),
-        extra={"detail": "no_partner"},
+        detail="no_partner",
     )
 
 
 def _never_posted(trace: Trace, u: Unmatched, groups: dict, stuck: dict, graph: nx.DiGraph) -> Finding:
-    from analyzer.hang import last_comm
-
     culprit, partner = u.partner, ("recv" if u.send else "send")
     waiting = _waiting(graph, culprit, stuck)
     last = last_comm(trace, culprit)
@@ -192,5 +190,6 @@ def _never_posted(trace: Trace, u: Unmatched, groups: dict, stuck: dict, graph: 
             f"rank {culprit} is not blocked in any recorded op (stuck in compute, or dead); its last recorded op "
             f"was {last or 'none'}" + _wait_text(waiting)
         ),
-        extra={"detail": "never_posted", "waiting_ranks": waiting},
+        detail="never_posted",
+        waiting_ranks=waiting,
     )

@@ -16,16 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 
-from analyzer.findings import Finding, kind, ranks_text
-from analyzer.trace import Trace
+from analyzer.model.findings import Finding, Kind, RankOutcome
+from analyzer.model.text import ranks_text
+from analyzer.model.trace import Trace
 
-FAILED_RANK = kind(
-    "failed_rank",
-    "a rank whose program raised, was killed or timed out, or whose stream stops short: the recording is incomplete",
+FAILED_RANK = Kind(
+    name="failed_rank",
+    about="a rank whose program raised, was killed or timed out, or whose stream stops short: the recording is "
+    "incomplete",
     blocks=True,
     majority=False,
 )
-MISSING_RANK = "missing_rank"  # declared in checks/missing_ranks.py (it also emits it)
+MISSING_RANK = Kind(
+    name="missing_rank",
+    about="a member of a group left no stream (a dump never written, a rank not "
+    "recorded) while its peers wait in a collective",
+    blocks=True,
+    majority=False,
+)
 
 WHY = {
     "error": "raised",
@@ -75,7 +83,7 @@ def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Findi
                 culprit_ranks=ranks,
                 expected="every rank records to the end",
                 actual={r: state for r in ranks},
-                extra={"status": state, "error": error or None},
+                outcome=RankOutcome(status=state, error=error or None),
                 message=message,
             )
         )
@@ -96,7 +104,7 @@ def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Findi
                 culprit_ranks=ranks,
                 expected="a dump from every rank" if dumps else "events from every rank asked for",
                 actual={r: "no dump" if dumps else "no events" for r in ranks},
-                extra={"status": state or None, "error": error or None},
+                outcome=RankOutcome(status=state or None, error=error or None),
                 message=(
                     f"{_who(ranks)} left no "
                     + ("Flight Recorder dump" if dumps else "events")

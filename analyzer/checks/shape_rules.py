@@ -9,21 +9,23 @@ from collections import defaultdict
 
 import polars as pl
 
-from analyzer.checks.common import atom_values, frame_text, is_shapes, shape_text
-from analyzer.findings import group_text, kind, ranks_text
+from analyzer.checks.common import atom_values
+from analyzer.model.findings import Kind
+from analyzer.model.text import frame_text, group_text, is_shapes, ranks_text, shape_text
 from traceformat.format import Mode
 from traceformat.ops import GATHER_OPS, SCATTER_OPS
 
 SAME_SHAPE = ["all_reduce", "all_reduce_coalesced", "broadcast"]  # output = input, shape and dtype
 GATHERS = sorted(GATHER_OPS)
 SCATTERS = sorted(SCATTER_OPS)
-DTYPE_MISMATCH = kind(
-    "dtype_mismatch", "members of a collective passed different dtypes, or an output's dtype differs from its input's"
+DTYPE_MISMATCH = Kind(
+    name="dtype_mismatch",
+    about="members of a collective passed different dtypes, or an output's dtype differs from its input's",
 )
-SHAPE_MISMATCH = kind(
-    "shape_mismatch", "members passed different shapes, or output and input sizes break the op's size rule"
+SHAPE_MISMATCH = Kind(
+    name="shape_mismatch", about="members passed different shapes, or output and input sizes break the op's size rule"
 )
-SPLIT_MISMATCH = kind("split_mismatch", "all_to_all_single split sizes that do not pair up between ranks")
+SPLIT_MISMATCH = Kind(name="split_mismatch", about="all_to_all_single split sizes that do not pair up between ranks")
 
 
 def _output_side(report, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
@@ -56,10 +58,10 @@ def _output_side(report, groups, pats: pl.DataFrame, positioned, atoms, present)
 
 
 def _self_finding(
-    report, groups, present, row: dict, kind: str, rule: str, actual: str, *, output_side: bool = True
+    report, groups, present, row: dict, kind: Kind, rule: str, actual: str, *, output_side: bool = True
 ) -> None:
     """One rank's collective breaks `rule`. An output-side finding (all_reduce / broadcast) also
-    stands in for the cross-rank difference at its position (see _Report.findings)."""
+    stands in for the cross-rank difference at its position (see PositionFindings.findings)."""
     gid = row["group"]
     size = "" if output_side else f" ({len([r for r in groups[gid]['ranks'] if r in present])} ranks)"
 
@@ -78,7 +80,7 @@ def _self_finding(
         frame=frame_text(row),
         members=[r for r in groups[gid]["ranks"] if r in present],
         message=message,
-        extra={"detail": "output side"} if output_side else None,
+        detail="output side" if output_side else None,
     )
 
 
@@ -124,7 +126,7 @@ def _size_rule(report, trace, groups, pats: pl.DataFrame, positioned, atoms, pre
 
 def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> None:
     """all_to_all_single: what rank i sends j must equal what j expects from i."""
-    # splits atoms are two lists of sizes, checked at load (analyzer/atoms.py); -1: none recorded
+    # splits atoms are two lists of sizes, checked at load (analyzer/model/atoms.py); -1: none recorded
     a2a = pats.filter((pl.col("op") == "all_to_all_single") & (pl.col("splits") >= 0))
     if a2a.is_empty():
         return

@@ -15,8 +15,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.summary import Summary
-from analyzer.trace import Trace
+from analyzer.compare.summary import Summary
+from analyzer.model.text import group_text, ranks_text
+from analyzer.model.trace import Trace
 
 WIDE_TEXT = 48
 """A finding's text gets at least this many columns in a table, else the compact list is used."""
@@ -139,15 +140,19 @@ def summary(console: Console, trace: Trace, s: Summary) -> None:
 
 
 def findings(console: Console, trace: Trace, found: list, notes: Sequence[str] = ()) -> None:
-    from analyzer.findings import group_text, ranks_text
-
     trace_header(console, trace, notes)
     if not found:
         console.print("[bold green]✓ no findings[/]: collectives, p2p and group creation match on every rank")
         return
     console.print(f"[bold red]✗ {len(found)} finding{'s' if len(found) != 1 else ''}[/]")
     rows = [
-        (f.kind, group_text(f.group), "-" if f.seq is None else str(f.seq), ranks_text(f.culprit_ranks), _detail(f))
+        (
+            f.kind.name,
+            group_text(f.group),
+            "-" if f.seq is None else str(f.seq),
+            ranks_text(f.culprit_ranks),
+            _detail(f),
+        )
         for f in found
     ]
 
@@ -169,7 +174,7 @@ def findings(console: Console, trace: Trace, found: list, notes: Sequence[str] =
 def _detail(f) -> str:
     """A finding's message, what the majority did and the culprits' frames (rich markup)."""
     detail = [escape(f.message)]
-    if f.expected is not None and f.info.majority:  # the kind says whether `expected` is a majority
+    if f.expected is not None and f.kind.majority:  # the kind says whether `expected` is a majority
         detail.append(
             f"[dim]majority:[/] {escape(str(f.expected))}"
             + (f"  [dim]at {escape(f.frames[-1])}[/]" if -1 in f.frames else "")
@@ -181,8 +186,6 @@ def _detail(f) -> str:
 
 
 def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
-    from analyzer.findings import ranks_text
-
     trace_header(console, trace)
     if not report.hung and not report.findings:
         console.print(f"[bold green]✓ no hang[/] ({report.semantics}): every rank completes every recorded op")
@@ -197,7 +200,7 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
             f"[bold red]✗ {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}[/] "
             f"({report.semantics}): no rank stuck in the recorded ops, but the recording is incomplete"
         )
-    rows = [(f.kind, ranks_text(f.culprit_ranks), escape(f.message)) for f in report.findings]
+    rows = [(f.kind.name, ranks_text(f.culprit_ranks), escape(f.message)) for f in report.findings]
 
     def compact(row: tuple[str, ...]) -> None:
         kind, ranks, message = row
@@ -223,15 +226,13 @@ def hang(console: Console, trace: Trace, report, frontier: list[dict]) -> None:
 
 
 def diff(console: Console, a: Trace, b: Trace, d, incomplete: dict | None = None) -> None:
-    from analyzer.findings import ranks_text
-
     console.print(
         f"[bold]A[/] world size {d.world_size_a} · {a.n_events} events   "
         f"[bold]B[/] world size {d.world_size_b} · {b.n_events} events"
     )
     for side, found in (incomplete or {}).items():
         for f in found:
-            console.print(f"[bold red]✗ {side.upper()}: {f.kind}[/] {escape(f.message)}")
+            console.print(f"[bold red]✗ {side.upper()}: {f.kind.name}[/] {escape(f.message)}")
     if d.equal:
         console.print(
             "[bold green]✓ same comm pattern[/] on every rank (normalized: timestamps, group names, paths ignored)"

@@ -19,7 +19,8 @@ from typing import IO
 import numpy as np
 import polars as pl
 
-from analyzer.trace import Trace
+from analyzer.model.trace import Trace
+from analyzer.render.json import trace_info
 
 ATOM_JSON_COLUMNS = ("in_shapes", "out_shapes", "splits", "info")
 """Columns of atom ids whose values are lists / maps: exported as JSON text (null for none)."""
@@ -65,8 +66,6 @@ def write_parquet(trace: Trace, events_out: IO[bytes], groups_out: IO[bytes]) ->
 def write_json(trace: Trace, out: IO[str]) -> None:
     """{"trace": header facts, "groups": [...], "events": [...]} with rows as objects. The frames
     serialize themselves (polars), so no Python dict per event is built here."""
-    from analyzer.render.json import trace_info
-
     out.write('{"trace": ' + json.dumps(trace_info(trace)) + ',\n"groups": ')
     out.write(groups_frame(trace).write_json())
     out.write(',\n"events": ')

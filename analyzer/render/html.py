@@ -9,25 +9,20 @@ module names, group descriptions, error lines) goes through `esc`.
 
 from __future__ import annotations
 
-import html
 import os
-from collections.abc import Set as AbstractSet
 
-from analyzer.findings import group_text, ranks_text
+from analyzer.model.text import group_text, ranks_text
+from analyzer.render import plots, waitgraph
 from analyzer.render.console import human_bytes
+from analyzer.render.html_diff import diff_section
+from analyzer.render.html_parts import MAX_ROWS, Raw, esc, figure, section, table
 from analyzer.render.html_style import CSS
 
-MAX_ROWS = 200
-"""Rows per table; the count of the rest is said under it."""
 MAX_FRAMES = 8
 """User frames listed per finding."""
 MAX_MESSAGE = 1500
 """Characters of a finding's message shown."""
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-
-
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def ranks_brief(ranks, limit: int = 90) -> str:
@@ -37,47 +32,6 @@ def ranks_brief(ranks, limit: int = 90) -> str:
     if len(text) <= limit:
         return text
     return text[: text.rfind(",", 0, limit)] + f", … ({len(list(ranks))} ranks)"
-
-
-class Raw(str):
-    """A table cell that is already HTML."""
-
-
-def table(
-    headers: list[str],
-    rows: list[list],
-    numeric: AbstractSet[int] = frozenset(),
-    cls: str = "",
-    total: int | None = None,
-) -> str:
-    """An HTML table of the first MAX_ROWS rows (of `total`, default all given). Cells are
-    escaped here, except Raw ones (already HTML); `numeric` columns align right."""
-    total = len(rows) if total is None else total
-    head = "".join(
-        f'<th class="num">{esc(h)}</th>' if i in numeric else f"<th>{esc(h)}</th>" for i, h in enumerate(headers)
-    )
-    body = []
-    for row in rows[:MAX_ROWS]:
-        cells = "".join(
-            f"<td{' class=num' if i in numeric else ''}>{c if isinstance(c, Raw) else esc(c)}</td>"
-            for i, c in enumerate(row)
-        )
-        body.append(f"<tr>{cells}</tr>")
-    more = (
-        f'<p class="more">… and {total - MAX_ROWS} more rows (see <code>--json</code>)</p>' if total > MAX_ROWS else ""
-    )
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{more}'
-
-
-def section(anchor: str, title: str, body: str, lead: str = "") -> str:
-    lead_html = f'<p class="lead">{lead}</p>' if lead else ""
-    return f'<section id="{anchor}"><h2>{esc(title)}</h2>{lead_html}{body}</section>'
-
-
-def figure(svg: str | None, caption: str, anchor: str) -> str:
-    if not svg:
-        return ""
-    return f'<figure id="{anchor}">{svg}<figcaption>{caption}</figcaption></figure>'
 
 
 def event_count(report) -> int:
@@ -171,7 +125,7 @@ def findings_section(report) -> str:
         message = f.message if len(f.message) <= MAX_MESSAGE else f.message[:MAX_MESSAGE] + " … (see --json)"
         rows.append(
             [
-                Raw(f'<span class="kind">{esc(f.kind)}</span>'),
+                Raw(f'<span class="kind">{esc(f.kind.name)}</span>'),
                 ranks_brief(f.culprit_ranks),
                 group_text(f.group),
                 "-" if f.seq is None else f.seq,
@@ -181,7 +135,7 @@ def findings_section(report) -> str:
         )
     counts: dict[str, int] = {}
     for f in report.findings:
-        counts[f.kind] = counts.get(f.kind, 0) + 1
+        counts[f.kind.name] = counts.get(f.kind.name, 0) + 1
     lead = " · ".join(f"{esc(k)} × {v}" for k, v in counts.items())
     return section(
         "findings",
@@ -285,9 +239,6 @@ def summary_section(report) -> str:
 
 def render(report) -> str:
     """The whole page as one string."""
-    from analyzer.render import plots, waitgraph
-    from analyzer.render.html_diff import diff_section
-
     picture = None
     if report.hang is not None and report.hang.hung:
         picture = waitgraph.draw(report.hang, lambda rank: report.hang.node_notes.get(rank, ""))

@@ -1,11 +1,11 @@
-"""The report's `--diff B.trace` section: analyzer.diff's divergences and volume table as HTML,
+"""The report's `--diff B.trace` section: analyzer.compare.diff's divergences and volume table as HTML,
 A and B side by side (the same content as `analyzer diff`, which prints it for a terminal)."""
 
 from __future__ import annotations
 
-from analyzer.findings import ranks_text
+from analyzer.model.text import ranks_text
 from analyzer.render.console import human_bytes
-from analyzer.render.html import Raw, esc, figure, section, table
+from analyzer.render.html_parts import Raw, esc, figure, section, table
 
 
 def _event(ev: dict | None) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 
-from analyzer.summary import Summary
-from analyzer.trace import Trace
+from analyzer.compare.summary import Summary
+from analyzer.model.trace import Trace
 
 
 def trace_info(trace: Trace, notes: Sequence[str] = ()) -> dict:
@@ -41,7 +42,7 @@ def summary(trace: Trace, s: Summary) -> None:
 def findings(trace: Trace, found: list, notes: Sequence[str] = ()) -> None:
     counts: dict[str, int] = {}
     for f in found:
-        counts[f.kind] = counts.get(f.kind, 0) + 1
+        counts[f.kind.name] = counts.get(f.kind.name, 0) + 1
     json.dump(
         {"findings": [f.to_json() for f in found], "counts": counts, "trace": trace_info(trace, notes)},
         sys.stdout,
@@ -66,8 +67,6 @@ def hang(trace: Trace, report, frontier: list[dict]) -> None:
 def diff_object(d) -> dict:
     """The diff as one JSON-able object: each divergence with `rank` (first of its class) and
     `ranks`, and the volume table rows."""
-    from dataclasses import asdict
-
     divergences = [dict(asdict(div), rank=div.ranks[0]) for div in d.divergences]
     return {
         "equal": d.equal,

@@ -19,13 +19,15 @@ Python object is built per event.
 
 from __future__ import annotations
 
+import json
 from typing import IO, Any, cast
 
 import polars as pl
 
-from analyzer.findings import ranks_text
+from analyzer.model.text import ranks_text
+from analyzer.model.trace import Trace
 from analyzer.render.frames import events_frame, group_labels
-from analyzer.trace import Trace
+from analyzer.waitfor.semantics import post_mortem
 from traceformat.ops import COLLECTIVE_OPS, GROUP_OPS, P2P_OPS
 
 LOGICAL_SLICE_US = 0.8
@@ -74,8 +76,6 @@ def uses_real_time(trace: Trace, time: str = "auto") -> bool:
     """Real timestamps for post-mortem traces that have them; logical time for dry runs."""
     if time != "auto":
         return time == "real"
-    from analyzer.waitfor.semantics import post_mortem
-
     ts = trace.events["ts"]
     lo, hi = cast(Any, ts.min()), cast(Any, ts.max())  # polars types a column max as any literal
     return post_mortem(trace) and ts.len() > 0 and float(hi) - float(lo) > 0
@@ -228,8 +228,6 @@ def names(trace: Trace, sl: pl.DataFrame) -> list[pl.DataFrame]:
 
 def write_perfetto(trace: Trace, out: IO[str], time: str = "auto") -> dict:
     """Write the JSON object format ({"traceEvents": [...], "otherData": {...}}); returns counts."""
-    import json
-
     real = uses_real_time(trace, time)
     sl = slices(trace, real)
     start, finish = flows(sl)

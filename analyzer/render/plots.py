@@ -172,7 +172,7 @@ def volume_by_step(per_step: pl.DataFrame) -> str | None:
 
 
 def diff_volume_by_dim(volume: pl.DataFrame | None) -> str | None:
-    """Grouped bars: bytes per mesh dim in A and in B (from analyzer.diff's volume table)."""
+    """Grouped bars: bytes per mesh dim in A and in B (from analyzer.compare.diff's volume table)."""
     if volume is None or volume.is_empty():
         return None
     import matplotlib

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from analyzer.render.plots import RC, figure, to_svg
+from analyzer.waitfor.graph import cycles
 
 MAX_ROOTS = 16
 PER_LAYER = 12
@@ -51,8 +52,6 @@ class WaitPicture:
 
 def roles(graph: nx.DiGraph, stuck: dict) -> tuple[list[int], list[int]]:
     """(ranks on a cycle, in cycle order; stalled ranks: waited on, not blocked themselves)."""
-    from analyzer.waitfor.graph import cycles
-
     on_cycle = [r for c in cycles(graph) for r in c]
     stalled = sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck)
     return on_cycle, stalled

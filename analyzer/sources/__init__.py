@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from analyzer.sources import fr_json, fr_pickle, parts_folder, trace_file
 
 if TYPE_CHECKING:
-    from analyzer.trace import Trace
+    from analyzer.model.trace import Trace
 
 
 class Source(Protocol):

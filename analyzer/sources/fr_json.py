@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from analyzer.model.trace import Trace
 from analyzer.sources.flight_recorder.read import dump_kinds
-from analyzer.trace import Trace
 
 NAME = "Flight Recorder JSON dumps"
 

@@ -4,8 +4,8 @@ unpickler (flight_recorder/read.py). The importer itself is flight_recorder/."""
 
 from __future__ import annotations
 
+from analyzer.model.trace import Trace
 from analyzer.sources.flight_recorder.read import dump_kinds
-from analyzer.trace import Trace
 
 NAME = "Flight Recorder pickle dumps"
 

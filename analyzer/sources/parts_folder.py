@@ -6,7 +6,7 @@ from __future__ import annotations
 import glob
 import os
 
-from analyzer.trace import LoadError, Trace, from_data
+from analyzer.model.trace import LoadError, Trace, from_data
 
 NAME = "commtrace parts folder"
 

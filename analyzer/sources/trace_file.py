@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from analyzer.trace import LoadError, Trace, from_data
+from analyzer.model.trace import LoadError, Trace, from_data
 
 NAME = "commtrace trace"
 

@@ -21,7 +21,7 @@ from collections.abc import Set as AbstractSet
 import numpy as np
 import polars as pl
 
-from analyzer.trace import Trace
+from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import (
     _STREAM_COLUMNS,
     COLLECTIVE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from analyzer.trace import Trace
+from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import COLLECTIVE, RECV, SEND, WAIT, comm_patterns
 
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.trace import Trace
+from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import (
     COLLECTIVE,
     RECV,
     SEND,
-    WAIT,
     Blocked,
     WaitKey,
     comm_patterns,
     group_members,
     waits_for,
+    with_waits,
 )
 from traceformat.ops import COLLECTIVE_OPS
 
@@ -108,11 +108,8 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
         "phase",
         table=pats,
     )
-    waits = trace.with_patterns(
-        ev.filter(pl.col("kind") == WAIT).select("rank", "idx", "code"), "ref", table=pats
-    ).select("rank", ref="ref", wait_idx="idx")
     stuck = (
-        stuck.join(waits, left_on=["rank", "idx"], right_on=["rank", "ref"], how="left")
+        with_waits(trace, stuck, ev, pats)
         .with_columns(block=pl.when(pl.col("async_op") == 1).then("wait_idx").otherwise("idx"))
         .filter(pl.col("block").is_not_null())
         .sort("rank", "block")

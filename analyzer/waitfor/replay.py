@@ -9,7 +9,7 @@ from collections.abc import Set as AbstractSet
 
 import polars as pl
 
-from analyzer.trace import Trace
+from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import _STREAM_COLUMNS, COMM, Blocked, WaitKey, group_members, waits_for
 
 

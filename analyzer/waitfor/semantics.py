@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import polars as pl
 
-from analyzer.findings import group_text
-from analyzer.trace import Trace
+from analyzer.model.text import group_text
+from analyzer.model.trace import Trace
 from traceformat.ops import COLLECTIVE_OPS, P2P_OPS
 
 COMM = sorted(COLLECTIVE_OPS | P2P_OPS | {"wait"})
@@ -119,6 +119,16 @@ def has_p2p(trace: Trace) -> bool:
     """Whether any send / recv was recorded (a pipeline): the ordering certificate's median over
     p2p pairs costs more there than `waitfor.advance`, which decides exactly anyway."""
     return comm_patterns(trace).filter(pl.col("kind").is_in([SEND, RECV])).height > 0
+
+
+def with_waits(trace: Trace, frame: pl.DataFrame, ev: pl.DataFrame, pats: pl.DataFrame) -> pl.DataFrame:
+    """`frame` (rows with rank, idx) plus `wait_idx`: where the rank waits on that op (null: no
+    wait, e.g. a blocking op). `ev`: the events with their pattern `kind` (of `pats`, a
+    comm_patterns table), waits included."""
+    waits = trace.with_patterns(
+        ev.filter(pl.col("kind") == WAIT).select("rank", "idx", "code"), "ref", table=pats
+    ).select("rank", idx="ref", wait_idx="idx")
+    return frame.join(waits, on=["rank", "idx"], how="left")
 
 
 def group_members(trace: Trace) -> dict[int, list[int]]:

@@ -14,8 +14,18 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.trace import Trace
-from analyzer.waitfor.semantics import COLLECTIVE, SEND, WAIT, Blocked, WaitKey, comm_patterns, group_members, waits_for
+from analyzer.model.trace import Trace
+from analyzer.waitfor.semantics import (
+    COLLECTIVE,
+    SEND,
+    WAIT,
+    Blocked,
+    WaitKey,
+    comm_patterns,
+    group_members,
+    waits_for,
+    with_waits,
+)
 
 MAX_ROUNDS = 64
 
@@ -35,16 +45,13 @@ def settle(trace: Trace, eager_bytes: int = 0) -> dict[int, Blocked] | None:
         "eager",
         table=pats,
     )
-    waits = trace.with_patterns(
-        ev.filter(pl.col("kind") == WAIT).select("rank", "idx", "code"), "ref", table=pats
-    ).select("rank", idx="ref", wait_idx="idx")
-    ops = ev.filter(pl.col("kind") != WAIT).join(waits, on=["rank", "idx"], how="left")
+    ops = with_waits(trace, ev.filter(pl.col("kind") != WAIT), ev, pats)
     # where the rank stops if the op never completes: at the op, at its wait, or nowhere
     ops = ops.with_columns(
         bp=pl.when(pl.col("async_op") == 1).then("wait_idx").when(pl.col("eager")).then(None).otherwise("idx")
     )
     ops = ops.with_columns(inst=_instances(trace, ops, pats))
-    del ev, waits
+    del ev
     size = pl.DataFrame(
         {"group": list(members), "need": [len([m for m in ms if m in present]) for ms in members.values()]},
         schema={"group": pl.Int32, "need": pl.Int64},

@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.model.trace import LoadError, Trace, from_data
 from analyzer.sources.flight_recorder import conventions as conv
 from analyzer.sources.flight_recorder.groups import build_groups
 from analyzer.sources.flight_recorder.rank import RankDump, read_rank
 from analyzer.sources.flight_recorder.read import dump_files
-from analyzer.trace import LoadError, Trace, from_data
 from traceformat import format as fmt
 from traceformat.workers import chunksize, cpu_count, pool
 

@@ -16,9 +16,9 @@ from operator import itemgetter, methodcaller
 
 import numpy as np
 
+from analyzer.model.trace import LoadError
 from analyzer.sources.flight_recorder import conventions as conv
 from analyzer.sources.flight_recorder.read import rank_of, read_dump
-from analyzer.trace import LoadError
 
 
 @dataclass

@@ -21,7 +21,7 @@ import os
 import pickle
 import re
 
-from analyzer.trace import LoadError
+from analyzer.model.trace import LoadError
 
 # (module, name) a pickle may resolve: inert builtin types only. FR's own dumps need none.
 SAFE_GLOBALS = frozenset(

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyzer.trace import Trace
+from analyzer.model.trace import Trace
 from traceformat.ops import COMM_OPS, GROUP_OPS, P2P_OPS, ROOTED_OPS
 
 STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analyzer.findings import ranks_text
-from analyzer.trace import Trace
+from analyzer.model.text import ranks_text
+from analyzer.model.trace import Trace
 from traceformat.ops import COMM_OPS
 
 

@@ -1,6 +1,6 @@
 """`analyzer golden check`: given traces (named like their example) against the goldens in
-traces/, torch-free: analyzer.diff over normalized signatures and the volume table. Re-recording
-the examples first is `tracer golden check` (tracer/golden.py), which calls this.
+traces/, torch-free: analyzer.compare.diff over normalized signatures and the volume table.
+Re-recording the examples first is `tracer golden check` (tracer/golden.py), which calls this.
 """
 
 from __future__ import annotations
@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from analyzer.compare.diff import Diff, diff_traces
+from analyzer.compare.normalize import Options
+from analyzer.loader import LoadError, load
 from traceformat.golden import examples
 
 
@@ -18,8 +21,8 @@ class GoldenResult:
     """Path of the golden trace."""
     status: str
     """same, changed, new (no golden yet), or error."""
-    diff: object = None
-    """analyzer.diff.Diff when the status is changed."""
+    diff: Diff | None = None
+    """When the status is changed."""
     error: str = ""
     trace: str = ""
     """Path of the trace compared with the golden."""
@@ -27,10 +30,6 @@ class GoldenResult:
 
 def compare(trace_path: str, golden_path: str) -> GoldenResult:
     """Diff a trace against its golden (normalized signatures and the volume table)."""
-    from analyzer.diff import diff_traces
-    from analyzer.loader import LoadError, load
-    from analyzer.normalize import Options
-
     name = os.path.splitext(os.path.basename(golden_path))[0]
     if not os.path.exists(golden_path):
         return GoldenResult(name, golden_path, "new")

@@ -2,8 +2,8 @@
 
     diff_traces(a, b) -> Diff
 
-What is compared is analyzer.normalize's stream under its Options (what counts as noise).
-Same world size: each rank's normalized signature stream (analyzer.normalize) in A is aligned
+What is compared is analyzer.compare.normalize's stream under its Options (what counts as noise).
+Same world size: each rank's normalized signature stream (analyzer.compare.normalize) in A is aligned
 with the same rank's in B. Ranks whose streams hash equal are done in one columnar pass; the
 others are grouped by their (stream A, stream B) pair, so one Python diff (common prefix and
 suffix stripped, then difflib over the middle) serves every rank of a pair, and pairs whose
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyzer.normalize import COMM_OPS, Options, normalize, rank_streams
-from analyzer.trace import Trace
+from analyzer.compare.normalize import COMM_OPS, Options, normalize, rank_streams
+from analyzer.model.trace import Trace
 
 CONTEXT = 3
 """Signatures shown before the first divergence."""

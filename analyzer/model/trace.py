@@ -15,14 +15,15 @@ become categoricals on the pattern table only. Never a Python loop per event.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from analyzer.atoms import validate as validate_atoms
-from analyzer.findings import ranks_text
+from analyzer.model.atoms import validate as validate_atoms
+from analyzer.model.text import ranks_text
 from traceformat import codec
 from traceformat import format as fmt
 
@@ -127,8 +128,6 @@ class Trace:
 
     def subset(self, ranks: list[int]) -> Trace:
         """The same trace with only these ranks' streams (e.g. to export a slice of a big job)."""
-        import dataclasses
-
         keep = sorted(set(ranks) & set(self.ranks))
         return dataclasses.replace(
             self,

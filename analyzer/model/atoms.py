@@ -1,5 +1,5 @@
 """Typed validation of the atoms that analysis passes read as structured values, once, when a
-trace is loaded (analyzer/trace.py from_data, whatever the source), so every reader can trust
+trace is loaded (analyzer/model/trace.py from_data, whatever the source), so every reader can trust
 them instead of re-checking where it uses them.
 
 A trace is input like any other: an atom may hold anything msgpack can. Per atom kind, what a
