@@ -14,7 +14,7 @@ from analyzer.diff import diff_traces
 from analyzer.loader import load
 from analyzer.normalize import Options
 from traceformat.golden import examples, write_golden
-from tracer.golden import record_example
+from tracer.record.golden import record_example
 
 EXAMPLES = os.path.join(REPO, "examples")
 TRACES = os.path.join(REPO, "traces")
