@@ -58,7 +58,7 @@ def check_mode(mode: str | None) -> None:
 
 def _from_program(asked: RecordOptions) -> RecordRequest:
     """--script FILE.py / --entrypoint pkg.mod:fn."""
-    mode = pick(asked.mode, "fake")
+    mode = pick(asked.mode, default="fake")
     if (asked.script is None) == (asked.entrypoint is None):
         raise ValueError("give exactly one of --script FILE.py or --entrypoint pkg.mod:fn")
     if asked.world_size is None:
@@ -66,13 +66,13 @@ def _from_program(asked: RecordOptions) -> RecordRequest:
     check_mode(mode)
     program = Program(script=asked.script, entrypoint=asked.entrypoint, args=list(asked.args))
     program.check()
-    ranks = parse_ranks(pick(asked.ranks, "all"), asked.world_size)
-    used, why = resolve_compute(pick(asked.compute, "auto"), ALIASES[mode])
+    ranks = parse_ranks(pick(asked.ranks, default="all"), asked.world_size)
+    used, why = resolve_compute(pick(asked.compute, default="auto"), ALIASES[mode])
     name = os.path.splitext(os.path.basename(asked.script))[0] if asked.script else str(asked.entrypoint).split(":")[-1]
     return RecordRequest(
         program=program,
         world_size=asked.world_size,
-        out=pick(asked.out, name + ".trace"),
+        out=pick(asked.out, default=name + ".trace"),
         mode=ALIASES[mode],
         ranks=ranks,
         compute=used,
@@ -94,10 +94,10 @@ def _from_config(asked: RecordOptions, note: Note) -> RecordRequest:
         cfg = config_mod.load(path, world_size=asked.world_size, steps=asked.steps)
         program = config_mod.program(cfg)
         program.check()
-        ranks = parse_ranks(pick(asked.ranks, config_mod.ranks_spec(cfg)), cfg.world_size)
-        mode = ALIASES[pick(asked.mode, cfg.comm.mode)]
+        ranks = parse_ranks(pick(asked.ranks, default=config_mod.ranks_spec(cfg)), cfg.world_size)
+        mode = ALIASES[pick(asked.mode, default=cfg.comm.mode)]
         config_mod.check_mode(cfg, mode)
-        used, why = resolve_compute(pick(asked.compute, cfg.tracer.compute), mode, cfg)
+        used, why = resolve_compute(pick(asked.compute, default=cfg.tracer.compute), mode, cfg)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
     if cfg.builtin:
@@ -112,7 +112,7 @@ def _from_config(asked: RecordOptions, note: Note) -> RecordRequest:
     return RecordRequest(
         program=program,
         world_size=cfg.world_size,
-        out=pick(asked.out, cfg.tracer.output, os.path.splitext(os.path.basename(path))[0] + ".trace"),
+        out=pick(asked.out, cfg.tracer.output, default=os.path.splitext(os.path.basename(path))[0] + ".trace"),
         mode=mode,
         ranks=ranks,
         config=dict(cfg.to_dict(), config_file=path),

@@ -12,18 +12,13 @@ from tracer.record.request import check_numbers
 T = TypeVar("T")
 
 
-def given(value: object) -> bool:
-    """Whether an option was given: None, and an empty string, mean it was not."""
-    return value is not None and value != ""
-
-
-def pick(*values: T) -> T:
-    """The first given of `values` (the command line's, then the TOML's, ...); the last one,
-    the default, when none is."""
-    for value in values[:-1]:
-        if given(value):
+def pick(*values: T | None, default: T) -> T:
+    """The first given of `values` (the command line's, then the TOML's), else `default`; None
+    and an empty string mean "not given"."""
+    for value in values:
+        if value is not None and value != "":
             return value
-    return values[-1]
+    return default
 
 
 @dataclass(kw_only=True, slots=True)

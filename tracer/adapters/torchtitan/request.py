@@ -45,7 +45,7 @@ PASSED_ON = {
 def from_spec(asked: RecordOptions) -> RecordRequest:
     """--torchtitan MODULE:CONFIG, its overrides after `--`."""
     job = job_from_spec(str(asked.torchtitan), list(asked.args))
-    return _request(job, asked, world_size=asked.world_size, ranks=pick(asked.ranks, "all"), out=asked.out)
+    return _request(job, asked, world_size=asked.world_size, ranks=pick(asked.ranks, default="all"), out=asked.out)
 
 
 def from_toml(asked: RecordOptions, note: Callable[[str], None]) -> RecordRequest | None:
@@ -71,9 +71,9 @@ def from_toml(asked: RecordOptions, note: Callable[[str], None]) -> RecordReques
     return _request(
         job,
         asked,
-        world_size=pick(asked.world_size, section.get("world_size")),
-        ranks=pick(asked.ranks, r if isinstance(r, str) else ",".join(map(str, r))),
-        out=pick(asked.out, section.get("output"), os.path.splitext(os.path.basename(path))[0] + ".trace"),
+        world_size=pick(asked.world_size, default=section.get("world_size")),
+        ranks=pick(asked.ranks, default=r if isinstance(r, str) else ",".join(map(str, r))),
+        out=pick(asked.out, section.get("output"), default=os.path.splitext(os.path.basename(path))[0] + ".trace"),
         compute=section.get("compute"),
     )
 
@@ -93,11 +93,11 @@ def _request(
     p = plan(job, world_size=world_size, mode=ALIASES[asked.mode] if asked.mode else None)
     assert world_size is not None  # plan refuses a missing world size
     rank_list = parse_ranks(ranks, world_size)
-    used, why = resolve_compute(pick(asked.compute, compute, "auto"), p.mode)
+    used, why = resolve_compute(pick(asked.compute, compute, default="auto"), p.mode)
     return RecordRequest(
         program=p.program,
         world_size=world_size,
-        out=pick(out, f"{job.config}.trace"),
+        out=pick(out, default=f"{job.config}.trace"),
         mode=p.mode,
         ranks=rank_list,
         config=p.config,
