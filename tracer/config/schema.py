@@ -32,9 +32,9 @@ class Job:
 class Model:
     name: str = "llama3"
     """Model family: "llama3" is built in; other TorchTitan models record through the TorchTitan
-    adapter (tracer/cli_torchtitan.py) when TorchTitan is installed."""
+    adapter (tracer/adapters/torchtitan/request.py) when TorchTitan is installed."""
     flavor: str | None = None
-    """TorchTitan's flavor ("debugmodel", "8B", "70B", "405B"; tracer/flavors.py): sets every
+    """TorchTitan's flavor ("debugmodel", "8B", "70B", "405B"; tracer/config/flavors.py): sets every
     dimension below as TorchTitan does; keys given next to it override it. None: the keys as given."""
     dim: int = 64
     """Hidden size."""
@@ -141,7 +141,7 @@ class Parallelism:
     enable_async_tensor_parallel: bool = False
     """Async TP (needs compile.enable with "model", as TorchTitan): v0.2.2 only sets inductor's
     _micro_pipeline_tp, which fuses nothing on a tp group without symmetric memory: the tp
-    collectives are recorded unchanged, with a note (config_check.notes, docs/float8.md)."""
+    collectives are recorded unchanged, with a note (config/check.notes, docs/float8.md)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -178,7 +178,7 @@ class TracerSection:
     """Trace file to write (default: CONFIG.trace next to where tracer runs)."""
     compute: str = "auto"
     """Tensor math: "real", "fake" (FakeTensorMode, shapes only; ranks that read a tensor value
-    are re-recorded with real compute) or "auto" (see tracer/compute.py)."""
+    are re-recorded with real compute) or "auto" (see tracer/record/compute.py)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -253,7 +253,7 @@ def program(cfg: JobConfig):
     workload, which gets the checked config as JSON (no re-reading the TOML on every rank)."""
     import json
 
-    from tracer.program import Program
+    from tracer.record.program import Program
 
     if cfg.job.script is not None:
         return Program(script=cfg.job.script, args=list(cfg.job.args))

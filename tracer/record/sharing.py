@@ -15,7 +15,7 @@ never read). What is left that depends on the coordinates:
   of efsdp = fsdp x tp at ep = 1) onto a slice of the same dim, so the translated program
   issues the same ops on the image groups, in the same order, with the same per-group seq;
 - shapes: the same on every rank exactly when everything the workload shards divides evenly:
-  TP shards heads, KV heads, vocabulary, dim and the FFN hidden size (config_check refuses the
+  TP shards heads, KV heads, vocabulary, dim and the FFN hidden size (config/check.py refuses the
   first four uneven), sequence parallel the sequence (refused uneven), FSDP dim 0 of each
   parameter's TP-local shard over `fsdp` (torch pads the last chunks otherwise: the last ranks'
   reduce-scatter outputs and grad-norm shards differ), the pipeline the local batch into
