@@ -322,18 +322,16 @@ def golden_check(
 ) -> None:
     """Diff each given trace against traces/<name>.trace (torch-free).
     Exit 0 all equal, 1 any change (the diff is printed), 2 bad input."""
-    import os
-
     from analyzer.compare.golden import check
+    from traceformat.golden import given_traces
 
-    if not os.path.isdir(examples):
-        _fail(f"{examples}: no such folder (give --examples DIR)")
-    if not given:
+    try:
+        traces = given_traces(examples, given or [])
+    except ValueError as e:
+        _fail(str(e))
+    if not traces:
         _fail("give the traces to check (to re-record every example and check it: tracer golden check)")
-    for p in given:
-        if not os.path.exists(p):
-            _fail(f"{p}: no such file")
-    results = check(examples, traces_dir, {os.path.splitext(os.path.basename(p))[0]: p for p in given})
+    results = check(examples, traces_dir, traces)
     from rich.console import Console
 
     from analyzer.loader import load

@@ -92,7 +92,7 @@ def sample_ranks(cfg) -> list[int]:
 
 
 def full_and_sample(args, cfg, tmp: str) -> None:
-    from tracer.compute import resolve
+    from tracer.record.compute import resolve
 
     used = resolve(cfg.tracer.compute, "fake", cfg)[0]
     other = "fake" if used == "real" else "real"

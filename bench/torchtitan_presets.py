@@ -4,7 +4,7 @@ tp 8, the 70B flavor's shapes, 2 steps, fake compute picked by --compute auto).
 
 Targets (issue #20): the whole recording in <= 3 min, and <= 2 GiB peak resident memory per rank
 process. The preset's ranks are identical up to a mesh translation: tracer record shares the
-recording (tracer/rank_sharing.py: 3 of 64 ranks recorded, 61 derived, verified on 2); the row
+recording (tracer/record/sharing.py: 3 of 64 ranks recorded, 61 derived, verified on 2); the row
 says how many ranks were recorded and derived and whether verification passed.
 The rank processes are the fork server's children, which the bench cannot wait4 on:
 each reports its own high-water mark (VmHWM) and `tracer record` prints the largest
@@ -25,7 +25,7 @@ SECONDS, GIB = 180.0, 2.0
 SHARED = re.compile(
     r"note: (recorded \d+ of \d+ ranks, derived \d+) by relabelling ranks? [0-9, ]+ \(verified on (ranks? [0-9, ]+)\)"
 )
-"""tracer record's sharing line (tracer/rank_sharing.py): what was recorded, derived and verified."""
+"""tracer record's sharing line (tracer/record/sharing.py): what was recorded, derived and verified."""
 PEAK = re.compile(r"peak memory per recording process: max ([0-9.]+) GiB \(rank (\d+)\), median ([0-9.]+) GiB")
 
 

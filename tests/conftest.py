@@ -41,8 +41,9 @@ def program(name: str) -> str:
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory):
     """recorded(name, world_size, mode="fake", args=()) -> path of the merged trace (cached)."""
-    from tracer.program import Program
-    from tracer.record import record
+    from tracer.record.pipeline import record
+    from tracer.record.program import Program
+    from tracer.record.request import RecordRequest
 
     cache: dict = {}
     root = tmp_path_factory.mktemp("traces")
@@ -52,12 +53,14 @@ def recorded(tmp_path_factory):
         if key not in cache:
             out = str(root / f"{name}-{world_size}-{mode}-{abs(hash(key))}.trace")
             res = record(
-                Program(script=program(name), args=list(args)),
-                world_size=world_size,
-                out=out,
-                mode=mode,
-                ranks=ranks,
-                progress=False,
+                RecordRequest(
+                    program=Program(script=program(name), args=list(args)),
+                    world_size=world_size,
+                    out=out,
+                    mode=mode,
+                    ranks=ranks,
+                    progress=False,
+                )
             )
             cache[key] = (out, res)
         return cache[key]
@@ -70,7 +73,8 @@ def workload(tmp_path_factory):
     """workload(name, mode="fake") -> (loaded trace, RecordResult) of examples/<name>.toml (cached)."""
     from analyzer.loader import load
     from tracer import config
-    from tracer.record import record
+    from tracer.record.pipeline import record
+    from tracer.record.request import RecordRequest
 
     cache: dict = {}
     root = tmp_path_factory.mktemp("workload")
@@ -80,7 +84,14 @@ def workload(tmp_path_factory):
             cfg = config.load(os.path.join(REPO, "examples", name + ".toml"))
             out = str(root / f"{name}-{mode}.trace")
             res = record(
-                config.program(cfg), world_size=cfg.world_size, out=out, mode=mode, config=cfg.to_dict(), progress=False
+                RecordRequest(
+                    program=config.program(cfg),
+                    world_size=cfg.world_size,
+                    out=out,
+                    mode=mode,
+                    config=cfg.to_dict(),
+                    progress=False,
+                )
             )
             assert res.errors == {}, res.errors
             cache[name, mode] = (load(out), res)

@@ -16,14 +16,21 @@ from tracer.capture.attribution import is_user_path
 
 @pytest.mark.parametrize("mode", ["fake", "local"])
 def test_frames_inside_an_installed_library(tmp_path, mode):
-    from tracer.program import Program
-    from tracer.record import record
+    from tracer.record.pipeline import record
+    from tracer.record.program import Program
+    from tracer.record.request import RecordRequest
 
     site = tmp_path / "lib" / "python3.11" / "site-packages"
     shutil.copytree(os.path.join(PROGRAMS, "installed_lib", "ddptrain"), site / "ddptrain")
     out = str(tmp_path / "lib.trace")
     res = record(
-        Program(script=program("launch_installed"), args=[str(site)]), world_size=2, out=out, mode=mode, progress=False
+        RecordRequest(
+            program=Program(script=program("launch_installed"), args=[str(site)]),
+            world_size=2,
+            out=out,
+            mode=mode,
+            progress=False,
+        )
     )
     assert res.errors == {}
     t = load(out)

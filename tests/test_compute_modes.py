@@ -17,21 +17,28 @@ SKIP = {"ts", "rank", "label", "ranks"}
 
 def _record(cfg_or_script, out, compute, world_size=None):
     from tracer import config
-    from tracer.program import Program
-    from tracer.record import record
+    from tracer.record.pipeline import record
+    from tracer.record.program import Program
+    from tracer.record.request import RecordRequest
 
     if cfg_or_script.endswith(".toml"):
         cfg = config.load(cfg_or_script)
         res = record(
-            config.program(cfg),
-            world_size=cfg.world_size,
-            out=out,
-            config=cfg.to_dict(),
-            compute=compute,
-            progress=False,
+            RecordRequest(
+                program=config.program(cfg),
+                world_size=cfg.world_size,
+                out=out,
+                config=cfg.to_dict(),
+                compute=compute,
+                progress=False,
+            )
         )
     else:
-        res = record(Program(script=cfg_or_script), world_size=world_size, out=out, compute=compute, progress=False)
+        res = record(
+            RecordRequest(
+                program=Program(script=cfg_or_script), world_size=world_size, out=out, compute=compute, progress=False
+            )
+        )
     assert res.errors == {}, res.errors
     return load(out), res
 
@@ -102,7 +109,7 @@ def test_tensor_values_fall_back_to_real_compute(tmp_path):
 
 def test_auto_compute_choices():
     from tracer import config
-    from tracer.compute import resolve
+    from tracer.record.compute import resolve
 
     ex = lambda name: config.load(os.path.join(REPO, "examples", name + ".toml"))
     assert resolve("auto", "fake", ex("fsdp"))[0] == "real"  # tiny model: fake dispatch costs more

@@ -14,9 +14,9 @@ from conftest import BIN, REPO
 from rich.console import Console
 
 from analyzer.checks import run_checks
-from analyzer.diff import diff_traces
+from analyzer.compare.diff import diff_traces
+from analyzer.compare.normalize import Options
 from analyzer.loader import load
-from analyzer.normalize import Options
 from analyzer.render import console as render
 
 LLAMA_A = os.path.join(REPO, "traces", "llama3_debug_fsdp_tp.trace")

@@ -14,7 +14,7 @@ from conftest import BIN, REPO, program
 from analyzer.compare.diff import diff_traces
 from analyzer.compare.normalize import Options, normalize
 from analyzer.loader import load
-from tracer.golden import record_example
+from tracer.record.golden import record_example
 
 AG = "all_gather_into_tensor"
 FSDP_TOML = os.path.join(REPO, "examples", "fsdp.toml")
@@ -118,11 +118,12 @@ def branch_pair(recorded, tmp_path_factory):
     folder = tmp_path_factory.mktemp("nobranch")
     text = open(program("rank_branch")).read().replace("if dist.get_rank() == 1:", "if False:")
     (folder / "rank_branch.py").write_text(text)
-    from tracer.program import Program
-    from tracer.record import record
+    from tracer.record.pipeline import record
+    from tracer.record.program import Program
+    from tracer.record.request import RecordRequest
 
     out = str(folder / "nobranch.trace")
-    record(Program(script=str(folder / "rank_branch.py")), world_size=4, out=out, progress=False)
+    record(RecordRequest(program=Program(script=str(folder / "rank_branch.py")), world_size=4, out=out, progress=False))
     return out, with_branch
 
 

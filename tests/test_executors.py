@@ -30,10 +30,13 @@ def local_ray():
 
 
 def _record(name, out, **kwargs):
-    from tracer.program import Program
-    from tracer.record import record
+    from tracer.record.pipeline import record
+    from tracer.record.program import Program
+    from tracer.record.request import RecordRequest
 
-    return record(Program(script=program(name)), world_size=4, out=str(out), progress=False, **kwargs)
+    return record(
+        RecordRequest(program=Program(script=program(name)), world_size=4, out=str(out), progress=False, **kwargs)
+    )
 
 
 def test_ray_executor_records_what_the_local_pool_records(local_ray, recorded, tmp_path):

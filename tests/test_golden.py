@@ -14,7 +14,7 @@ from analyzer.compare.diff import diff_traces
 from analyzer.compare.normalize import Options
 from analyzer.loader import load
 from traceformat.golden import examples, write_golden
-from tracer.golden import record_example
+from tracer.record.golden import record_example
 
 EXAMPLES = os.path.join(REPO, "examples")
 TRACES = os.path.join(REPO, "traces")

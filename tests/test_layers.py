@@ -112,3 +112,10 @@ def test_analyzer_import_graph_has_no_cycle():
     assert graph.number_of_nodes() > 50 and graph.has_edge("analyzer.hang", "analyzer.checks.p2p")
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert cycles == []
+
+
+def test_tracer_import_graph_has_no_cycle():
+    graph = import_graph("tracer")
+    assert graph.number_of_nodes() > 60 and graph.has_edge("tracer.cli.app", "tracer.cli.record")
+    cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert cycles == []

@@ -14,10 +14,10 @@ from conftest import REPO
 from rich.console import Console
 
 from analyzer.checks import run_checks
+from analyzer.compare.normalize import group_keys
+from analyzer.compare.summary import summarize
 from analyzer.loader import load
-from analyzer.normalize import group_keys
 from analyzer.render import console as render
-from analyzer.summary import summarize
 from traceformat import format as fmt
 from traceformat.format import TraceWriter
 from traceformat.ops import COLLECTIVE_OPS
@@ -43,7 +43,7 @@ def _truncated_golden(tmp_path) -> str:
 
 def test_truncated_file_says_the_stream_ends_early(tmp_path):
     t = load(_truncated_golden(tmp_path))
-    found = {f.kind: f for f in run_checks(t).findings}
+    found = {f.kind.name: f for f in run_checks(t).findings}
     assert set(found) == {"failed_rank", "missing_rank"}
     missing, failed = found["missing_rank"], found["failed_rank"]
     assert missing.culprit_ranks == t.missing_ranks and failed.culprit_ranks == t.ranks
@@ -92,13 +92,13 @@ def test_interrupted_parts_name_only_the_stream_that_stops_first(tp2, tmp_path, 
     interrupted_parts(tp2, tmp_path / "parts", {short: at, 1 - short: cut})
     t = load(tmp_path / "parts")
     found = run_checks(t).findings
-    kinds = sorted(f.kind for f in found)
+    kinds = sorted(f.kind.name for f in found)
     assert kinds == ["failed_rank", "missing_collective"], [f.message for f in found]
-    skip = next(f for f in found if f.kind == "missing_collective")
+    skip = next(f for f in found if f.kind.name == "missing_collective")
     assert skip.culprit_ranks == [short], skip.message  # not both members
     assert skip.message.startswith(f"rank {short}'s stream ends before {ops[at]} #3 on tp (ranks 0-1)")
     assert "truncated file" in skip.message and "never issued" not in skip.message
-    failed = next(f for f in found if f.kind == "failed_rank")
+    failed = next(f for f in found if f.kind.name == "failed_rank")
     assert failed.culprit_ranks == [0, 1] and "streams end early (truncated file;" in failed.message
     for f in found:
         assert not any(g in f.message for g in GUESSES), f.message

@@ -1,4 +1,4 @@
-"""Sharing a recording between ranks identical up to relabelling (tracer/rank_sharing.py,
+"""Sharing a recording between ranks identical up to relabelling (tracer/record/sharing.py,
 traceformat/relabel.py): a shared recording of the built-in workload is the full recording on
 every column but timestamps, group table included; uneven shapes and a relabelling that is
 wrong fall back to recording the ranks in full."""
@@ -48,21 +48,24 @@ def _toml(tmp_path, name: str, vocab: int = 128) -> str:
 
 def _record(toml: str, out: str, share: bool = True, ranks=None):
     from tracer import config as config_mod
-    from tracer import rank_sharing
-    from tracer.record import record
+    from tracer.record import sharing as rank_sharing
+    from tracer.record.pipeline import record
+    from tracer.record.request import RecordRequest
 
     cfg = config_mod.load(toml, world_size=8)
     asked = ranks or list(range(8))
     plan = rank_sharing.plan(cfg, mode="fake", compute="fake", ranks=asked)[0] if share else None
     res = record(
-        config_mod.program(cfg),
-        world_size=8,
-        out=out,
-        ranks=asked,
-        compute="fake",
-        progress=False,
-        config=cfg.to_dict(),
-        share=plan,
+        RecordRequest(
+            program=config_mod.program(cfg),
+            world_size=8,
+            out=out,
+            ranks=asked,
+            compute="fake",
+            progress=False,
+            config=cfg.to_dict(),
+            share=plan,
+        )
     )
     assert not res.errors, res.errors
     return res, plan
@@ -119,7 +122,7 @@ def test_asked_ranks_only_are_derived(tmp_path, full):
 
 
 def test_a_wrong_relabelling_is_caught_by_verification_and_records_in_full(tmp_path, full, monkeypatch):
-    from tracer import rank_sharing
+    from tracer.record import sharing as rank_sharing
 
     right = rank_sharing.translation
 
@@ -139,7 +142,7 @@ def test_a_wrong_relabelling_is_caught_by_verification_and_records_in_full(tmp_p
 
 def test_a_difference_in_an_event_is_caught(full):
     """difference() names the first column that differs; relabel refuses what it cannot map."""
-    from tracer.rank_sharing import MeshShape, translation
+    from tracer.record.sharing import MeshShape, translation
 
     t = read_trace(full["hsdp_tp"])
     shape = MeshShape(sizes=(1, 2, 2, 2))
@@ -166,7 +169,7 @@ def test_uneven_shapes_record_every_rank_and_say_so(tmp_path):
 
 def test_plan_applies_only_where_the_program_is_rank_symmetric(tmp_path):
     from tracer import config as config_mod
-    from tracer import rank_sharing
+    from tracer.record import sharing as rank_sharing
 
     tt = os.path.join(os.path.dirname(__file__), "torchtitan_v0.2.2", "llama3_70b.toml")
     cfg = config_mod.load(tt, world_size=64)
@@ -191,7 +194,7 @@ def test_plan_applies_only_where_the_program_is_rank_symmetric(tmp_path):
 
 
 def test_translation_maps_every_mesh_slice_onto_one():
-    from tracer.rank_sharing import MeshShape, translation
+    from tracer.record.sharing import MeshShape, translation
 
     shape = MeshShape(sizes=(2, 2, 2, 2))  # pp, dp_replicate, fsdp, tp
     m = translation(shape, 0, 7)  # offset (0, 1, 1, 1), pp kept

@@ -51,11 +51,14 @@ def test_failed_rank_fails_check_hang_and_diff(recorded, tmp_path):
 
 
 def test_ranks_killed_at_the_timeout_are_named_with_why(tmp_path):
-    from tracer.program import Program
-    from tracer.record import record
+    from tracer.record.pipeline import record
+    from tracer.record.program import Program
+    from tracer.record.request import RecordRequest
 
     out = tmp_path / "h.trace"
-    res = record(Program(script=program("hang")), world_size=2, out=str(out), timeout=4, progress=False)
+    res = record(
+        RecordRequest(program=Program(script=program("hang")), world_size=2, out=str(out), timeout=4, progress=False)
+    )
     assert sorted(res.errors) == [0, 1]
     t = load(out)
     assert t.header["rank_status"] == {

@@ -12,7 +12,7 @@ from analyzer.loader import load
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
 from traceformat.ops import COMM_OPS, GROUP_OPS
-from tracer.replay import ReplayError, plan, replay
+from tracer.replay.driver import ReplayError, plan, replay
 
 
 def _alive(pid: int) -> bool:

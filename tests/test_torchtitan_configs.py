@@ -86,18 +86,17 @@ def test_llama3_debug_model_toml_records_unchanged_with_its_flavor(tmp_path):
         assert {e["module"] for e in ags if e["out_shapes"] == [[block]]} == {f"layers.{i}" for i in range(6)}
 
 
-def test_other_models_without_torchtitan_say_how_to_enable_it(monkeypatch, capsys):
-    import typer
+def test_other_models_without_torchtitan_say_how_to_enable_it(monkeypatch):
+    from typer.testing import CliRunner
 
-    from tracer import cli_torchtitan
+    from tracer import cli
     from tracer.adapters.torchtitan import version
 
     monkeypatch.setattr(version, "installed", lambda: None)
     for name in ("deepseek_v3_debug_model", "qwen3_moe_debug", "llama4_debug_model"):
-        with pytest.raises(typer.Exit) as e:
-            cli_torchtitan.record_toml(os.path.join(TT, name + ".toml"), None, None, None, None, None, {}, [])
-        assert e.value.exit_code == 2
-        err = capsys.readouterr().err.strip().splitlines()
+        res = CliRunner().invoke(cli.app, ["record", os.path.join(TT, name + ".toml")])
+        assert res.exit_code == 2
+        err = res.stderr.strip().splitlines()
         assert len(err) == 1 and "pip install 'commtrace[torchtitan]'" in err[0], err
 
 
@@ -145,43 +144,37 @@ HAVE_TORCHTITAN = importlib.util.find_spec("torchtitan") is not None
 
 
 @pytest.mark.skipif(not HAVE_TORCHTITAN, reason="TorchTitan is not installed")
-def test_qwen3_config_goes_through_the_torchtitan_adapter(monkeypatch, capsys):
+def test_qwen3_config_goes_through_the_torchtitan_adapter():
     # v0.2.2's qwen3_moe_debug.toml names flavor "debugmodel_moe"; TorchTitan 0.3.0 registers no
     # qwen3_debugmodel_moe but qwen3_moe_debug, whose model_spec is that flavor. The job reaches
     # the recorder as the adapter's entrypoint with that config and the file's degrees, after
     # TorchTitan's own parser accepted it (plan); the adapter's recordings are tested in
-    # test_torchtitan_adapter.py, here only the route (the recording itself is replaced).
-    from tracer import cli_torchtitan, record
+    # test_torchtitan_adapter.py, here only the route (the request is built, not recorded).
     from tracer.adapters.torchtitan.plan import ENTRYPOINT
+    from tracer.record.build import build
+    from tracer.record.options import RecordOptions
 
-    seen = {}
-
-    def recorded(program, **kw):
-        seen.update(kw, program=program)
-        return record.RecordResult(out=kw["out"], ranks=kw["ranks"], n_events={0: 1}, written=True)
-
-    monkeypatch.setattr(record, "record", recorded)
     path = os.path.join(TT, "qwen3_moe_debug.toml")
-    assert cli_torchtitan.record_toml(path, 2, None, None, "/nonexistent/q.trace", None, {}, []) is True
-    assert "records through the installed TorchTitan (qwen3:qwen3_moe_debug), 2 steps" in capsys.readouterr().err
-    args = seen["program"].args
-    assert seen["program"].entrypoint == ENTRYPOINT and seen["world_size"] == 2
+    notes: list[str] = []
+    request = build(RecordOptions(config=path, world_size=2, out="/nonexistent/q.trace"), notes.append)
+    assert "model 'qwen3' records through the installed TorchTitan (qwen3:qwen3_moe_debug), 2 steps" in notes
+    args = request.program.args
+    assert request.program.entrypoint == ENTRYPOINT and request.world_size == 2
     assert args[:4] == ["--module", "qwen3", "--config", "qwen3_moe_debug"]
     assert "--parallelism.data_parallel_shard_degree" in args and "--training.steps" in args
     assert args[args.index("--training.steps") + 1] == "2"
 
 
 @pytest.mark.skipif(not HAVE_TORCHTITAN, reason="TorchTitan is not installed")
-def test_llama4_config_is_one_line_where_torchtitan_has_no_llama4(capsys):
+def test_llama4_config_is_one_line_where_torchtitan_has_no_llama4():
     # TorchTitan 0.3.0 ships no torchtitan/models/llama4 (v0.2.2 did)
-    import typer
+    from typer.testing import CliRunner
 
-    from tracer import cli_torchtitan
+    from tracer import cli
 
-    with pytest.raises(typer.Exit) as e:
-        cli_torchtitan.record_toml(os.path.join(TT, "llama4_debug_model.toml"), 8, None, None, None, None, {}, [])
-    assert e.value.exit_code == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    res = CliRunner().invoke(cli.app, ["record", os.path.join(TT, "llama4_debug_model.toml"), "-n", "8"])
+    assert res.exit_code == 2
+    err = res.stderr.strip().splitlines()
     assert len(err) == 1 and "model.name 'llama4': TorchTitan" in err[0] and "has no such model" in err[0], err
 
 

@@ -43,7 +43,7 @@ world_size = 4
 
 def record(tmp_path, name, *, layers=2, training="", parallelism="", ac="", fsdp=2):
     from analyzer.loader import load
-    from tracer.golden import record_example
+    from tracer.record.golden import record_example
 
     path = tmp_path / f"{name}.toml"
     path.write_text(CONFIG.format(layers=layers, training=training, parallelism=parallelism, ac=ac, fsdp=fsdp))

@@ -4,24 +4,62 @@ across checkouts: timestamps 0, no creation time, frames and config paths relati
 repository (basename when outside it). Events stay pattern blocks like any trace; comparison
 never depends on the bytes anyway (`analyzer golden check`: analyzer.compare.diff over normalized
 signatures). Recording the examples is the recorder's (`tracer golden update|check`,
-tracer/golden.py); this module only names and writes goldens, torch-free.
+tracer/record/golden.py); this module only names and writes goldens, torch-free.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterable
 
 from traceformat import format as fmt
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
 from traceformat.codec import split
+from traceformat.output import refuse_inputs
 
 
 def examples(examples_dir: str) -> list[tuple[str, str]]:
     """(name, path) of every example: each *.toml config, and each *.py script."""
     paths = sorted(glob.glob(os.path.join(examples_dir, "*.toml")) + glob.glob(os.path.join(examples_dir, "*.py")))
-    return [(os.path.splitext(os.path.basename(p))[0], p) for p in paths]
+    return [(name_of(p), p) for p in paths]
+
+
+def name_of(path: str) -> str:
+    """The example a file is of (its config, its trace, its golden): the file name without extension."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def golden_path(traces_dir: str, name: str) -> str:
+    return os.path.join(traces_dir, name + ".trace")
+
+
+def check_examples_folder(examples_dir: str) -> None:
+    """ValueError (one line) when the examples folder is missing."""
+    if not os.path.isdir(examples_dir):
+        raise ValueError(f"{examples_dir}: no such folder (give --examples DIR)")
+
+
+def given_traces(examples_dir: str, given: Iterable[str], traces_dir: str | None = None) -> dict[str, str]:
+    """{example name: trace} of traces given on a command line (`analyzer golden check`, `tracer
+    golden update`), matched to examples by file name. ValueError (one line) when the examples
+    folder or a trace is missing, or (`traces_dir` given: the goldens are to be rewritten) when
+    a trace is the golden it would rewrite."""
+    check_examples_folder(examples_dir)
+    traces = {}
+    for p in given:
+        if not os.path.exists(p):
+            raise ValueError(f"{p}: no such file")
+        if traces_dir is not None:
+            refuse_inputs(golden_path(traces_dir, name_of(p)), [p], what="golden")
+        traces[name_of(p)] = p
+    return traces
+
+
+def matched(examples_dir: str, traces: dict[str, str]) -> list[tuple[str, str]]:
+    """(name, trace) of every example that has one of `traces` ({name: trace}), in the examples' order."""
+    return [(name, traces[name]) for name, _ in examples(examples_dir) if name in traces]
 
 
 def _portable_path(path: str, root: str, cwd: str) -> str:

@@ -26,6 +26,15 @@ from traceformat.output import atomic_path
 from traceformat.reader import read_header, read_trace
 from traceformat.workers import chunksize, cpu_count, pool
 
+PARTS_GLOB = "rank_*.part"
+"""The part files of a recording's parts folder (see part_path)."""
+
+
+def part_path(parts_dir: str, rank: int) -> str:
+    """Where rank `rank` of a recording streams its events: OUT.trace.parts/rank_NNNNN.part (the
+    recorder writes it, rank sharing reads it back, merge joins the folder)."""
+    return os.path.join(parts_dir, f"rank_{rank:05d}.part")
+
 
 class _Tables:
     """One atom table and one group table for many parts: remaps each part's local ids."""

@@ -1,5 +1,5 @@
 """One rank's events derived from another's by relabelling global ranks, and an exact comparison
-of two ranks' events. Torch-free: tracer/rank_sharing.py decides when a relabelling is exact and
+of two ranks' events. Torch-free: tracer/record/sharing.py decides when a relabelling is exact and
 which ranks map to which; this module only knows where a trace holds ranks.
 
 Every rank-bearing place of a rank's stream, and how a relabelling `rank_map` (old global rank

@@ -1,6 +1,6 @@
 """`analyzer golden check`: given traces (named like their example) against the goldens in
 traces/, torch-free: analyzer.compare.diff over normalized signatures and the volume table.
-Re-recording the examples first is `tracer golden check` (tracer/golden.py), which calls this.
+Re-recording the examples first is `tracer golden check` (tracer/record/golden.py), which calls this.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from analyzer.compare.diff import Diff, diff_traces
 from analyzer.compare.normalize import Options
 from analyzer.loader import LoadError, load
-from traceformat.golden import examples
+from traceformat.golden import golden_path, matched
 
 
 @dataclass
@@ -42,9 +42,4 @@ def compare(trace_path: str, golden_path: str) -> GoldenResult:
 
 def check(examples_dir: str, traces_dir: str, given: dict[str, str]) -> list[GoldenResult]:
     """Compare each given trace (by example name) with traces_dir/<name>.trace."""
-    results = []
-    for name, _ in examples(examples_dir):
-        trace = given.get(name)
-        if trace is not None:
-            results.append(compare(trace, os.path.join(traces_dir, name + ".trace")))
-    return results
+    return [compare(trace, golden_path(traces_dir, name)) for name, trace in matched(examples_dir, given)]

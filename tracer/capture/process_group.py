@@ -360,7 +360,7 @@ def blocking_p2p(fn):
         finally:
             _state.blocking = prev
 
-    wrapper.__wrapped__ = fn
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]  # as functools.wraps sets it (name only: no doc)
     wrapper.__name__ = fn.__name__
     return wrapper
 

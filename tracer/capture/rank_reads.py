@@ -41,6 +41,17 @@ def _site(depth: int) -> str:
     return f"{path if rel.startswith('..' + os.sep + '..') else rel}:{f.f_lineno}"
 
 
+def _int_method(name: str):
+    """RankValue's int method `name`: an int result keeps the read it came from."""
+    op = getattr(int, name)
+
+    def method(self, *args):
+        out = op(self, *args)
+        return RankValue(out, self.read) if isinstance(out, int) and out is not NotImplemented else out
+
+    return method
+
+
 class RankValue(int):
     """Rank 0's rank, remembering where it was read (see module docstring)."""
 
@@ -60,15 +71,6 @@ class RankValue(int):
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __index__ = _refuse
     __float__ = __complex__ = __round__ = _refuse
-
-    def _arith(name):  # noqa: N805 - builds the arithmetic methods
-        op = getattr(int, name)
-
-        def method(self, *args):
-            out = op(self, *args)
-            return RankValue(out, self.read) if isinstance(out, int) and out is not NotImplemented else out
-
-        return method
 
     for _n in (
         "__add__",
@@ -93,8 +95,8 @@ class RankValue(int):
         "__lshift__",
         "__rshift__",
     ):
-        locals()[_n] = _arith(_n)  # type: ignore[arg-type]
-    del _n, _arith
+        locals()[_n] = _int_method(_n)
+    del _n
 
     def __int__(self):
         return self

@@ -9,7 +9,6 @@ it and streams it. Nothing here touches tensor data.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import torch.distributed as dist
 
 from traceformat import format as fmt
 from traceformat.ops import COLLECTIVE_OPS, P2P_OPS
+from traceformat.parts import part_path
 from tracer.capture.attribution import Attribution
 
 
@@ -301,7 +301,3 @@ def _a2a_splits(splits, inp, out, n: int, view) -> tuple:
     in_s = tuple(int(view(x)) for x in in_s) or (inp.shape[0] // n,) * n
     out_s = tuple(int(view(x)) for x in out_s) or (out.shape[0] // n,) * n
     return (in_s, out_s)
-
-
-def part_path(parts_dir: str, rank: int) -> str:
-    return os.path.join(parts_dir, f"rank_{rank:05d}.part")

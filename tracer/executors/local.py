@@ -17,7 +17,8 @@ import time
 
 from traceformat.workers import context
 from tracer.capture.channel import blocked_ranks, channel_dir
-from tracer.executors import Progress, helper_jobs, log_path, own_peak_bytes, peak_path
+from tracer.executors.outcome import Outcome
+from tracer.executors.shared import Progress, helper_jobs, log_path, own_peak_bytes, peak_path
 from tracer.modes.run import Job
 
 # imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take
@@ -68,14 +69,14 @@ def run(
     timeout: float | None,
     bar: Progress | None = None,
     helpers: list[int] | None = None,
-) -> list:
-    """Run every job in its own process, `workers` at a time; outcome per job (see __init__).
-    `helpers`: start awaited ranks nobody records (executors.helper_jobs), append their ranks to it,
+) -> list[Outcome]:
+    """Run every job in its own process, `workers` at a time; an outcome per job.
+    `helpers`: start awaited ranks nobody records (shared.helper_jobs), append their ranks to it,
     kill them once every job finished."""
     ctx = context(_PRELOAD)
     asked = len(jobs)
     jobs = list(jobs)
-    codes: list = [None] * len(jobs)
+    codes: list[Outcome | None] = [None] * len(jobs)
     running: dict[int, tuple] = {}
     pending = list(range(len(jobs)))
     folder = channel_dir(jobs[0].parts_dir) if jobs else ""
@@ -112,11 +113,11 @@ def run(
             for i, (proc, started) in list(running.items()):
                 if not proc.is_alive():
                     proc.join()
-                    codes[i] = proc.exitcode
+                    codes[i] = Outcome.of_exit(proc.exitcode)
                 elif timeout and time.monotonic() - started > timeout and i not in waiting:
                     proc.kill()
                     proc.join()
-                    codes[i] = "timeout"
+                    codes[i] = Outcome.timed_out()
                 else:
                     continue
                 del running[i]
@@ -126,4 +127,4 @@ def run(
         for proc, _ in running.values():
             proc.kill()
             proc.join()
-    return codes[:asked]
+    return [code or Outcome.of_exit(None) for code in codes[:asked]]

@@ -19,11 +19,12 @@ import os
 from typing import Any
 
 from tracer.capture.channel import blocked_ranks, channel_dir
-from tracer.executors import Progress, helper_jobs
+from tracer.executors.outcome import Outcome
+from tracer.executors.shared import Progress, helper_jobs
 from tracer.modes.run import Job
 
 
-def _task(job: Job, timeout: float | None):
+def _task(job: Job, timeout: float | None) -> Outcome:
     """Runs on a Ray worker: one job, through the worker's own fork server."""
     from tracer.executors import local
 
@@ -40,7 +41,7 @@ def run(
     bar: Progress | None = None,
     address: str | None = None,
     helpers: list[int] | None = None,
-) -> list:
+) -> list[Outcome]:
     try:
         import ray
     except ImportError:
@@ -60,11 +61,11 @@ def run(
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_task)
         refs = {remote.remote(job, timeout): i for i, job in enumerate(jobs)}
-        outcomes: list = [None] * len(jobs)
+        outcomes: list[Outcome] = [Outcome.of_exit(None)] * len(jobs)
         pending = list(refs)
         folder = channel_dir(jobs[0].parts_dir) if jobs else ""
         have = {r for job in jobs for r in job.ranks}
-        extra: list = []  # helper tasks (executors.helper_jobs): cancelled once every job finished
+        extra: list = []  # helper tasks (shared.helper_jobs): cancelled once every job finished
         everyone = list(jobs)  # a helper may wait on a rank nobody runs either
         while pending:
             if helpers is not None:
@@ -81,7 +82,7 @@ def run(
                 try:
                     outcomes[i] = ray.get(ref)
                 except Exception as e:  # the worker died, the node went away, ...: this rank's failure
-                    outcomes[i] = f"ray task failed: {type(e).__name__}: {_one_line(e)}"
+                    outcomes[i] = Outcome.not_started(f"ray task failed: {type(e).__name__}: {_one_line(e)}")
                 if bar is not None:
                     bar.advance(len(jobs[i].ranks))
         for ref in extra:

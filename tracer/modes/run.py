@@ -12,7 +12,7 @@ import os
 import traceback
 from dataclasses import dataclass, field
 
-from tracer.program import Program
+from tracer.record.program import Program
 
 
 @dataclass(kw_only=True, slots=True)

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from tracer.adapters.torchtitan import version
+from tracer.adapters.torchtitan.errors import TorchTitanError
 
 ENTRYPOINT = "tracer.adapters.torchtitan.entry:main"
 """What every simulated rank runs (entry.py)."""
@@ -37,10 +38,6 @@ CPU_DEFAULTS = [
 - comm.mode fake_backend: TorchTitan's dry-run mode (its init_process_group("fake") is served by
   commtrace's recording backend); `local_tensor` is TorchTitan's own LocalTensor mode;
 - disable_cuda_graphs: there is no CUDA (TorchTitan refuses graphs with pipeline parallel)."""
-
-
-class TorchTitanError(ValueError):
-    """Bad input for a TorchTitan job: one line, the CLI exits 2."""
 
 
 @dataclass(kw_only=True, slots=True)

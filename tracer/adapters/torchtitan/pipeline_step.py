@@ -53,7 +53,7 @@ def _with_microbatches(step):
                 return self._merge_outputs(stage.output_chunks)
         return None
 
-    wrapper.__commtrace_microbatches__ = True
+    wrapper.__commtrace_microbatches__ = True  # type: ignore[attr-defined]  # a mark on the function object
     return wrapper
 
 

@@ -1,4 +1,4 @@
-"""From a TorchTitan job to what `tracer.record.record` runs: the program, the mode, the
+"""From a TorchTitan job to what `tracer.record.pipeline.record` runs: the program, the mode, the
 header snapshot. Kept apart from the CLI so tests and bench/ plan jobs the same way."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from tracer.adapters.torchtitan.job import (
     TorchTitanJob,
     check,
 )
+from tracer.record.program import Program
 
 COMM_MODES = {"fake_backend": "fake", "local_tensor": "local"}
 """TorchTitan's comm.mode -> the commtrace mode it runs in."""
@@ -19,8 +20,8 @@ COMM_MODES = {"fake_backend": "fake", "local_tensor": "local"}
 
 @dataclass(kw_only=True, slots=True)
 class Plan:
-    program: object
-    """tracer.program.Program running ENTRYPOINT with the job's arguments."""
+    program: Program
+    """What every rank runs: ENTRYPOINT with the job's arguments."""
     mode: str
     """"fake" (a process per rank) or "local" (one process, LocalTensorMode)."""
     config: dict = field(default_factory=dict)
@@ -30,8 +31,6 @@ class Plan:
 def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None) -> Plan:
     """Check the job (TorchTitanError, one line, on bad input) and choose the mode: `mode` as
     asked, else local when TorchTitan's own comm.mode is local_tensor, else fake."""
-    from tracer.program import Program
-
     if world_size is None:
         raise TorchTitanError("give the number of simulated ranks: -n N (or [tracer] world_size)")
     if world_size < 1:

@@ -7,6 +7,8 @@ against 0.3.x, checked without importing TorchTitan (package metadata only).
 
 from __future__ import annotations
 
+from tracer.adapters.torchtitan.errors import TorchTitanError
+
 SUPPORTED = "0.3"
 """The release series the adapter is written against (any 0.3.x)."""
 
@@ -23,8 +25,6 @@ def installed() -> str | None:
 
 def check() -> str:
     """The installed version; ValueError (one line) when missing or outside SUPPORTED."""
-    from tracer.adapters.torchtitan.job import TorchTitanError
-
     v = installed()
     if v is None:
         raise TorchTitanError("TorchTitan is not installed: pip install 'commtrace[torchtitan]' (after torch==2.13.0)")

@@ -1,10 +1,11 @@
-"""Semantic checks of a job config (tracer/config.py reads it): fill the -1 shard degree and the
-world size, and refuse degrees, shapes and schedules that cannot run, naming the key."""
+"""Semantic checks of a job config (tracer/config/parse.py reads it): fill the -1 shard degree and
+the world size, and refuse degrees, shapes and schedules that cannot run, naming the key; refuse
+what the chosen mode cannot simulate (check_mode)."""
 
 from __future__ import annotations
 
-from tracer.config import SCHEDULES, STAGES_PER_RANK, JobConfig
-from tracer.config_keys import did_you_mean
+from tracer.config.keys import did_you_mean
+from tracer.config.schema import SCHEDULES, STAGES_PER_RANK, JobConfig
 from tracer.workloads.pipeline_split import stage_modules
 
 AC_MODES = ("none", "selective", "full")
@@ -162,6 +163,20 @@ def _check_float8(cfg: JobConfig) -> None:
                     f"{list(shape)} stays high precision (a dim not divisible by 16, or in filter_fqns): "
                     f"TorchTitan's Float8ColwiseParallel refuses it"
                 )
+
+
+def check_mode(cfg: JobConfig, mode: str) -> None:
+    """Refuse, before anything runs, what the chosen mode cannot simulate."""
+    if mode == "local" and cfg.builtin and cfg.parallelism.pipeline_parallel_degree > 1:
+        raise ValueError(
+            "comm.mode: pipeline parallel needs p2p send/recv, which local_tensor mode cannot "
+            "simulate (LocalTensor runs all ranks in lockstep): use fake_backend (--mode fake)"
+        )
+    if mode == "local" and cfg.builtin and cfg.model.converters:
+        raise ValueError(
+            "comm.mode: float8 (torchao's Float8 tensor subclasses) cannot run under LocalTensorMode: "
+            "use fake_backend (--mode fake)"
+        )
 
 
 def notes(cfg: JobConfig) -> list[str]:

@@ -1,35 +1,17 @@
-"""The job config of `tracer record CONFIG.toml`: TorchTitan v0.2.2 key names, checked strictly.
-
-Sections commtrace uses are typed dataclasses below; TorchTitan sections that cannot change a
-comm pattern (metrics, checkpoint, ...) and TorchTitan keys of used sections that do not either
-(dataset, tokenizer_path, ...) are accepted and ignored, so a real TorchTitan TOML records as is.
-Anything else is a ValueError with a one-line message naming the key (the CLI exits 2 on it).
+"""The job config of `tracer record CONFIG.toml`: its sections as typed dataclasses, TorchTitan
+v0.2.2's key names (tracer/config/parse.py reads a TOML into them, tracer/config/check.py checks
+the values). Sections commtrace uses are typed below; what it accepts and ignores, or refuses, of
+TorchTitan's other keys is tracer/config/keys.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-from tracer.config_keys import (
-    DRY_RUN_STEPS,
-    IGNORED_KEYS,
-    IGNORED_SECTIONS,
-    UNMODELLED,
-    UNMODELLED_SECTIONS,
-    did_you_mean,
-    refuse_unmodelled,
-    with_flavor,
-)
-from tracer.config_quantize import Compile, Quantize
+from tracer.config.keys import DRY_RUN_STEPS
+from tracer.config.quantize import Compile, Quantize
 
 SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
 STAGES_PER_RANK = {"GPipe": 1, "1F1B": 1, "Interleaved1F1B": 2}
@@ -50,9 +32,9 @@ class Job:
 class Model:
     name: str = "llama3"
     """Model family: "llama3" is built in; other TorchTitan models record through the TorchTitan
-    adapter (tracer/cli_torchtitan.py) when TorchTitan is installed."""
+    adapter (tracer/adapters/torchtitan/request.py) when TorchTitan is installed."""
     flavor: str | None = None
-    """TorchTitan's flavor ("debugmodel", "8B", "70B", "405B"; tracer/flavors.py): sets every
+    """TorchTitan's flavor ("debugmodel", "8B", "70B", "405B"; tracer/config/flavors.py): sets every
     dimension below as TorchTitan does; keys given next to it override it. None: the keys as given."""
     dim: int = 64
     """Hidden size."""
@@ -159,7 +141,7 @@ class Parallelism:
     enable_async_tensor_parallel: bool = False
     """Async TP (needs compile.enable with "model", as TorchTitan): v0.2.2 only sets inductor's
     _micro_pipeline_tp, which fuses nothing on a tp group without symmetric memory: the tp
-    collectives are recorded unchanged, with a note (config_check.notes, docs/float8.md)."""
+    collectives are recorded unchanged, with a note (config/check.notes, docs/float8.md)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -196,7 +178,7 @@ class TracerSection:
     """Trace file to write (default: CONFIG.trace next to where tracer runs)."""
     compute: str = "auto"
     """Tensor math: "real", "fake" (FakeTensorMode, shapes only; ranks that read a tensor value
-    are re-recorded with real compute) or "auto" (see tracer/compute.py)."""
+    are re-recorded with real compute) or "auto" (see tracer/record/compute.py)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -258,119 +240,9 @@ class JobConfig:
         return p.pipeline_parallel_degree * STAGES_PER_RANK[p.pipeline_parallel_schedule]
 
 
-_SECTIONS = {f.name: f.type for f in dataclasses.fields(JobConfig)}
-
-
-def read_toml(path: str) -> dict:
-    """The TOML as a dict; ValueError (one line) when missing or malformed."""
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ValueError(f"config not found: {path}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: not valid TOML: {e}") from None
-
-
-def load(path: str, world_size: int | None = None, steps: int | None = None) -> JobConfig:
-    """Read and check a TOML job config; ValueError (one line, naming the key) on bad input.
-    `world_size` and `steps` (the CLI's -n and --steps) override [tracer] world_size / steps."""
-    raw = read_toml(path)
-    for key, value in (("world_size", world_size), ("steps", steps)):
-        if value is not None:
-            if not isinstance(raw.get("tracer", {}), dict):
-                raise ValueError("tracer: expected a [tracer] table")
-            raw.setdefault("tracer", {})[key] = value
-    cfg = from_dict(raw)
-    base = os.path.dirname(os.path.abspath(path))
-    if cfg.job.script is not None and not os.path.isabs(cfg.job.script):
-        cfg.job.script = os.path.relpath(os.path.join(base, cfg.job.script))  # relative to the TOML
-    return cfg
-
-
-def _set_keys(target, section: str, values: dict) -> None:
-    """Set the keys of one [section] (a dotted path for nested tables: quantize.linear.float8)."""
-    fields = {f.name: f for f in dataclasses.fields(target)}
-    for key, value in values.items():
-        if key in IGNORED_KEYS.get(section, ()):
-            continue
-        if f"{section}.{key}" in UNMODELLED:
-            refuse_unmodelled(section, {key: value})
-            continue
-        if key not in fields:
-            raise ValueError(f"unknown key {section}.{key}{did_you_mean(key, fields)}")
-        annotation = str(fields[key].type)  # a string: postponed annotations
-        if annotation in _NESTED:  # a sub-table
-            if not isinstance(value, dict):
-                raise ValueError(f"{section}.{key}: expected a [{section}.{key}] table, got {type(value).__name__}")
-            _set_keys(getattr(target, key), f"{section}.{key}", value)
-            continue
-        setattr(target, key, _typed(f"{section}.{key}", value, annotation))
-
-
-_NESTED = frozenset({"QuantizedLinear", "Float8Linear"})
-"""Field annotations that are TOML sub-tables."""
-
-
-def from_dict(raw: dict) -> JobConfig:
-    cfg = JobConfig()
-    for section, values in raw.items():
-        if section in IGNORED_SECTIONS:
-            continue
-        if section in UNMODELLED_SECTIONS:
-            refuse_unmodelled(section, values)
-            continue
-        if section not in _SECTIONS:
-            raise ValueError(f"unknown section [{section}]{did_you_mean(section, [*_SECTIONS, *IGNORED_SECTIONS])}")
-        if not isinstance(values, dict):
-            raise ValueError(f"{section}: expected a [{section}] table, got {type(values).__name__}")
-        _set_keys(getattr(cfg, section), section, with_flavor(values) if section == "model" else values)
-    from tracer.config_check import check
-
-    check(cfg)
-    return cfg
-
-
-_TYPES = {
-    "int": (int,),
-    "float": (float, int),
-    "str": (str,),
-    "bool": (bool,),
-    "list[str]": (list,),
-    "list[int]": (list,),
-    "None": (type(None),),
-}
-
-
-def _typed(key: str, value, annotation: str):
-    """Check a TOML value against the field's annotation (a string: `from __future__ import annotations`)."""
-    allowed = tuple(t for part in annotation.split("|") for t in _TYPES[part.strip()])
-    if isinstance(value, bool) and bool not in allowed:  # bool is an int in Python, not in TOML
-        allowed = ()
-    if not isinstance(value, allowed):
-        raise ValueError(f"{key}: expected {annotation.replace(' | None', '')}, got {type(value).__name__} {value!r}")
-    if isinstance(value, list) and not all(isinstance(x, (str, int)) for x in value):
-        raise ValueError(f"{key}: expected a list of {annotation.removeprefix('list[').rstrip(']')}")
-    return float(value) if annotation.startswith("float") and isinstance(value, int) else value
-
-
 def ranks_spec(cfg: JobConfig) -> str:
     r = cfg.tracer.ranks
     return r if isinstance(r, str) else ",".join(str(x) for x in r)
-
-
-def check_mode(cfg: JobConfig, mode: str) -> None:
-    """Refuse, before anything runs, what the chosen mode cannot simulate."""
-    if mode == "local" and cfg.builtin and cfg.parallelism.pipeline_parallel_degree > 1:
-        raise ValueError(
-            "comm.mode: pipeline parallel needs p2p send/recv, which local_tensor mode cannot "
-            "simulate (LocalTensor runs all ranks in lockstep): use fake_backend (--mode fake)"
-        )
-    if mode == "local" and cfg.builtin and cfg.model.converters:
-        raise ValueError(
-            "comm.mode: float8 (torchao's Float8 tensor subclasses) cannot run under LocalTensorMode: "
-            "use fake_backend (--mode fake)"
-        )
 
 
 WORKLOAD = "tracer.workloads.train:main"
@@ -381,7 +253,7 @@ def program(cfg: JobConfig):
     workload, which gets the checked config as JSON (no re-reading the TOML on every rank)."""
     import json
 
-    from tracer.program import Program
+    from tracer.record.program import Program
 
     if cfg.job.script is not None:
         return Program(script=cfg.job.script, args=list(cfg.job.args))

@@ -15,7 +15,7 @@ never read). What is left that depends on the coordinates:
   of efsdp = fsdp x tp at ep = 1) onto a slice of the same dim, so the translated program
   issues the same ops on the image groups, in the same order, with the same per-group seq;
 - shapes: the same on every rank exactly when everything the workload shards divides evenly:
-  TP shards heads, KV heads, vocabulary, dim and the FFN hidden size (config_check refuses the
+  TP shards heads, KV heads, vocabulary, dim and the FFN hidden size (config/check.py refuses the
   first four uneven), sequence parallel the sequence (refused uneven), FSDP dim 0 of each
   parameter's TP-local shard over `fsdp` (torch pads the last chunks otherwise: the last ranks'
   reduce-scatter outputs and grad-norm shards differ), the pipeline the local batch into
@@ -40,18 +40,16 @@ ranks in full (with pipeline parallel, every class: stages exchange shapes at se
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from traceformat.format import TraceData
+from traceformat.parts import part_path
 from traceformat.reader import read_trace
 from traceformat.relabel import RelabelError, difference, relabel
 from traceformat.workers import cpu_count
-
-PART = "rank_{:05d}.part"
 
 UNEVEN = "shapes differ across ranks"
 MIN_WORLD = 8
@@ -119,10 +117,6 @@ class SharePlan:
     def recorded(self) -> list[int]:
         """Ranks recorded first: representatives, then verification ranks."""
         return [c.rep for c in self.classes] + [v for c in self.classes for v in c.verify]
-
-
-def part_path(parts_dir: str, rank: int) -> str:
-    return os.path.join(parts_dir, PART.format(rank))
 
 
 def uneven(cfg) -> str:

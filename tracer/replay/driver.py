@@ -2,7 +2,7 @@
 
 One process per recorded rank joins a real process group, recreates the recorded groups in
 each rank's recorded creation order and issues the rank's events in order with zero tensors of
-the recorded shapes and dtypes (tracer/replay_ops.py). The replay is itself recorded, mode
+the recorded shapes and dtypes (tracer/replay/ops.py). The replay is itself recorded, mode
 "replay": a replay killed at its timeout leaves streams that end where each rank was stuck,
 which `analyzer hang` reads with post-mortem semantics.
 
@@ -211,7 +211,7 @@ def _child(kwargs: dict, log_path: str) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    from tracer.replay_ops import replay_rank
+    from tracer.replay.ops import replay_rank
 
     os._exit(replay_rank(**kwargs))
 
@@ -287,7 +287,7 @@ def replay(
     result = ReplayResult(
         out=out, hung=hung, seconds=time.perf_counter() - start, pids=[pr.pid for pr in procs if pr.pid is not None]
     )
-    parts = [os.path.join(parts_dir, f"rank_{r:05d}.part") for r in range(p.world_size)]
+    parts = [trace_parts.part_path(parts_dir, r) for r in range(p.world_size)]
     present = [x for x in parts if os.path.exists(x)]
     if not present:
         raise ReplayError(f"no replay process started (logs in {parts_dir})")

@@ -1,4 +1,4 @@
-"""`tracer replay TRACE`: re-issue a recorded comm pattern on a real backend (tracer/replay.py),
+"""`tracer replay TRACE`: re-issue a recorded comm pattern on a real backend (tracer/replay/),
 then print time and bandwidth per op and group, or the hang analysis of the replay's own trace."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 
 import typer
+
+from tracer.cli.common import analyzer, fail
 
 
 def replay(
@@ -22,8 +24,8 @@ def replay(
     and bandwidth per op and group), 1 hung or failed (prints the hang analysis), 2 bad input."""
     from traceformat import format as fmt
     from traceformat.output import refuse_inputs, writable
-    from tracer.replay import ReplayError
-    from tracer.replay import replay as run_replay
+    from tracer.replay.driver import ReplayError
+    from tracer.replay.driver import replay as run_replay
 
     out = out or os.path.splitext(trace)[0] + ".replay.trace"
     try:
@@ -35,9 +37,7 @@ def replay(
         writable(out)
         result = run_replay(trace, out=out, timeout=timeout, steps=steps, prefix=prefix, backend=backend)
     except (ValueError, ReplayError, fmt.TraceFormatError) as e:
-        from tracer.cli import _fail
-
-        _fail(str(e))
+        fail(str(e))
     from rich.console import Console
 
     if result.hung or result.errors:
@@ -45,9 +45,7 @@ def replay(
         typer.echo(f"replay {what} -> {out}", err=True)
         for line in list(result.errors.values())[:4]:
             typer.echo(f"  {line}", err=True)
-        from tracer.cli import _analyzer
-
-        _analyzer("hang", out)  # the hang analysis of the replay's own trace (exit 1: it hung)
+        analyzer("hang", out)  # the hang analysis of the replay's own trace (exit 1: it hung)
         raise typer.Exit(1)
     _replay_table(Console(), result)
 

@@ -9,7 +9,13 @@ from __future__ import annotations
 import os
 import re
 
-from traceformat.golden import examples, write_golden
+from traceformat.golden import examples, golden_path, matched, write_golden
+from traceformat.ranks import parse_ranks
+from tracer import config as config_mod
+from tracer.modes import ALIASES
+from tracer.record.pipeline import record
+from tracer.record.program import Program
+from tracer.record.request import RecordRequest
 
 DEFAULT_SCRIPT_WORLD_SIZE = 4
 _WORLD_SIZE_IN_DOC = re.compile(r"--world-size\s+(\d+)")
@@ -25,28 +31,24 @@ def script_world_size(path: str) -> int:
 
 def record_example(path: str, out: str, root: str) -> None:
     """Record one example as `tracer record` would; ValueError (one line) when it fails."""
-    from traceformat.ranks import parse_ranks
-    from tracer import config as config_mod
-    from tracer.modes import ALIASES
-    from tracer.program import Program
-    from tracer.record import record
-
     if path.endswith(".toml"):
         cfg = config_mod.load(path)
         mode = ALIASES[cfg.comm.mode]
         config_mod.check_mode(cfg, mode)
-        snapshot = dict(cfg.to_dict(), config_file=os.path.relpath(path, root))
-        res = record(
-            config_mod.program(cfg),
+        request = RecordRequest(
+            program=config_mod.program(cfg),
             world_size=cfg.world_size,
             out=out,
             mode=mode,
             ranks=parse_ranks(config_mod.ranks_spec(cfg), cfg.world_size),
-            config=snapshot,
+            config=dict(cfg.to_dict(), config_file=os.path.relpath(path, root)),
             progress=False,
         )
     else:
-        res = record(Program(script=path), world_size=script_world_size(path), out=out, progress=False)
+        request = RecordRequest(
+            program=Program(script=path), world_size=script_world_size(path), out=out, progress=False
+        )
+    res = record(request)
     if res.errors:
         raise ValueError(f"{path}: {next(iter(res.errors.values()))}")
 
@@ -72,9 +74,7 @@ def update(examples_dir: str, traces_dir: str, traces: dict[str, str]) -> list[s
     """Rewrite traces_dir/<name>.trace from each recorded (or given) trace; the paths written."""
     root = os.path.dirname(os.path.abspath(examples_dir))
     written = []
-    for name, _ in examples(examples_dir):
-        if name in traces:
-            golden = os.path.join(traces_dir, name + ".trace")
-            write_golden(traces[name], golden, root)
-            written.append(golden)
+    for name, trace in matched(examples_dir, traces):
+        written.append(golden_path(traces_dir, name))
+        write_golden(trace, written[-1], root)
     return written

@@ -7,16 +7,11 @@ import os
 
 import typer
 
+from tracer.cli.common import analyzer, fail
+
 golden_app = typer.Typer(
     no_args_is_help=True, help="Golden comm patterns of the examples: re-record them and check or update traces/."
 )
-
-
-def _examples_folder(examples: str) -> None:
-    from tracer.cli import _fail
-
-    if not os.path.isdir(examples):
-        _fail(f"{examples}: no such folder (give --examples DIR)")
 
 
 def _recording_errors(errors: dict[str, str]) -> None:
@@ -34,15 +29,18 @@ def golden_check(
     recording."""
     import tempfile
 
-    from tracer.cli import _analyzer
-    from tracer.golden import record_all
+    from traceformat.golden import check_examples_folder
+    from tracer.record.golden import record_all
 
-    _examples_folder(examples)
+    try:
+        check_examples_folder(examples)
+    except ValueError as e:
+        fail(str(e))
     with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
         traces, errors = record_all(examples, work)
         _recording_errors(errors)
         rc = (
-            _analyzer("golden", "check", "--examples", examples, "--traces", traces_dir, *traces.values())
+            analyzer("golden", "check", "--examples", examples, "--traces", traces_dir, *traces.values())
             if traces
             else 0
         )
@@ -61,23 +59,16 @@ def golden_update(
     repo-relative paths); commit traces/ afterwards."""
     import tempfile
 
-    from traceformat.output import OutputError, refuse_inputs
-    from tracer.cli import _fail
-    from tracer.golden import record_all, update
+    from traceformat.golden import given_traces
+    from tracer.record.golden import record_all, update
 
-    _examples_folder(examples)
-    for p in given or ():
-        if not os.path.exists(p):
-            _fail(f"{p}: no such file")
-        try:  # the golden this trace would rewrite is not the trace itself
-            refuse_inputs(
-                os.path.join(traces_dir, os.path.splitext(os.path.basename(p))[0] + ".trace"), [p], what="golden"
-            )
-        except OutputError as e:
-            _fail(str(e))
+    try:  # the golden a given trace would rewrite is not the trace itself
+        adopted = given_traces(examples, given or [], traces_dir)
+    except ValueError as e:
+        fail(str(e))
     with tempfile.TemporaryDirectory(prefix="commtrace-golden-") as work:
         if given:
-            traces, errors = {os.path.splitext(os.path.basename(p))[0]: p for p in given}, dict[str, str]()
+            traces, errors = adopted, dict[str, str]()
         else:
             traces, errors = record_all(examples, work)
         _recording_errors(errors)
@@ -85,5 +76,5 @@ def golden_update(
     for path in written:
         typer.echo(f"written  {os.path.splitext(os.path.basename(path))[0]} ({path})")
     if not written and not errors:
-        _fail("no examples matched")
+        fail("no examples matched")
     raise typer.Exit(2 if errors else 0)

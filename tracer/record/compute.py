@@ -14,7 +14,7 @@ pattern (tests/test_compute_modes.py); they differ in cost and in what they can 
   9.2 s real vs 2.0 s fake here; the shipped examples: < 0.1 GFLOP, 0.35 s real vs 1.0 s fake).
 
 Fake asked for where it cannot see everything is not refused: the ranks that read a tensor
-value are recorded again with real compute (tracer/record.py), with a note.
+value are recorded again with real compute (tracer/record/pipeline.py), with a note.
 """
 
 from __future__ import annotations

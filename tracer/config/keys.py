@@ -1,6 +1,6 @@
 """Which TorchTitan keys the job config honours, ignores or refuses, and what a dry run records.
 
-tracer/config.py parses a TOML against its dataclasses; this module holds the tables that say
+tracer/config/parse.py parses a TOML against its dataclasses; this module holds the tables that say
 what to do with the keys it has no field for (TorchTitan keys that cannot change a comm
 pattern: ignored; keys whose non-default values the built-in workload does not model: refused
 in one line), the model flavor routing ([model] flavor expands to TorchTitan's dimensions) and
@@ -85,7 +85,7 @@ def refuse_unmodelled(section: str, values) -> None:
 
 def with_flavor(values: dict) -> dict:
     """The [model] keys with its flavor's dimensions first (keys given next to it win)."""
-    from tracer.flavors import FLAVORS
+    from tracer.config.flavors import FLAVORS
 
     flavor, name = values.get("flavor"), values.get("name", "llama3")
     if flavor is None or name not in FLAVORS:  # another family: the TorchTitan adapter's business

@@ -1,0 +1,82 @@
+"""What the `tracer` commands share: one-line errors (exit 2), notes, recording a request and
+reporting it, and running the torch-free analyzer's CLI."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+import typer
+
+from tracer.record.result import Interrupted
+
+if TYPE_CHECKING:
+    from tracer.record.request import RecordRequest
+    from tracer.record.result import RecordResult
+
+
+def fail(msg: str) -> NoReturn:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def note(msg: str) -> None:
+    typer.echo(f"note: {msg}", err=True)
+
+
+def record(request: RecordRequest) -> None:
+    """Record `request` and report it: bad options are one line and exit 2, an interruption
+    exits 128 + its signal."""
+    from tracer.record.pipeline import record as run  # the executors, the trace format: when recording
+
+    try:
+        result = run(request)
+    except ValueError as e:  # bad options, an output that is an input, no torch, no Ray cluster...
+        fail(str(e))
+    except Interrupted as e:
+        typer.echo(e.message, err=True)
+        raise typer.Exit(128 + e.signum) from None
+    report(result)
+
+
+def report(result: RecordResult) -> None:
+    for line in result.notes:
+        note(line)
+    n = sum(result.n_events.values())
+    if not result.written:
+        typer.echo(f"error: no rank recorded anything; {result.out} not written", err=True)
+        for line in list(result.errors.values())[:1]:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2)
+    typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}", err=True)
+    if result.peak_rss:
+        typer.echo(peaks(result.peak_rss), err=True)
+    if result.errors:
+        for line in list(result.errors.values())[:1]:
+            typer.echo(f"error: {line}", err=True)
+        if len(result.errors) > 1:
+            typer.echo(
+                f"error: {len(result.errors) - 1} more ranks failed: "
+                f"{', '.join(str(r) for r in list(result.errors)[1:9])}",
+                err=True,
+            )
+        raise typer.Exit(2)
+
+
+def peaks(peak_rss: dict[int, int]) -> str:
+    """'peak memory per recording process: max 0.41 GiB (rank 3), median 0.38 GiB over 64'."""
+    top = max(peak_rss, key=peak_rss.__getitem__)
+    gib = 1 << 30
+    return (
+        f"peak memory per recording process: max {peak_rss[top] / gib:.2f} GiB (rank {top}), "
+        f"median {statistics.median(peak_rss.values()) / gib:.2f} GiB over {len(peak_rss)}"
+    )
+
+
+def analyzer(*args: str) -> int:
+    """Run the torch-free analyzer's CLI on what was recorded: a subprocess, so that the recorder
+    imports nothing from the analyzer. Its output goes straight to ours; returns its exit code."""
+    sys.stdout.flush()
+    return subprocess.run([sys.executable, "-m", "analyzer", *args]).returncode
