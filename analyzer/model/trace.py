@@ -177,7 +177,7 @@ def one_dim_meshes(patterns: pl.DataFrame, atoms: list) -> dict[tuple, str]:
     ids = patterns.filter(pl.col("op") == "mesh")["info"].unique().to_list()
     out: dict[tuple[int, ...], str] = {}
     for aid in ids:
-        info = atoms[aid] if 0 <= aid < len(atoms) else None  # checked at load (analyzer/atoms.py)
+        info = atoms[aid] if 0 <= aid < len(atoms) else None  # checked at load (analyzer/model/atoms.py)
         if isinstance(info, dict) and len(info.get("dims", [])) == 1:
             members = _flat(info.get("ranks", []))
             if members:
