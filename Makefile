@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   record an example job, check it, diff it against its golden, summarize it,
 #               and write its HTML report to out/demo.html
-#   make test   run the test suite
+#   make test   run the test suite (make test-fast: the tier that records nothing, ~1.5 min)
 #   make lint   ruff (lint + format check) and mypy over traceformat/ tracer/ analyzer/
 #   make golden          re-record the examples and diff them against traces/ (tracer golden check)
 #   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
@@ -20,7 +20,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commtrace-installed
 TORCH_INDEX ?=
 
-.PHONY: demo test lint bench golden golden-update clean
+.PHONY: demo test test-fast lint bench golden golden-update clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the fast tier (about 1.5 min): format, analysis and layering tests that record nothing
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not records"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -2,11 +2,11 @@
 
     python bench/fr_compare.py [--dumps DIR] [--scale 64,256,1024] [--entries 2000] [--skip-cases] [--corpus]
 
-(a) Seeded bugs, real gloo dumps (tests/fr/make_dumps.py): what each tool reports (kind / error
+(a) Seeded bugs, real gloo dumps (tests/flight_recorder/make_dumps.py): what each tool reports (kind / error
     type and culprits). fr_trace reads only pickles named PREFIX_RANK and needs pg_config, so it
     gets the repaired pickles copied to `rank_R`; analyzer gets the raw pickle, the JSON and the
     repaired form. Both run as a user would, without extra flags.
-(c) The peer corpus (tests/fr/corpus.py, `--corpus`): fr_trace's verdict next to check's and
+(c) The peer corpus (tests/flight_recorder/corpus.py, `--corpus`): fr_trace's verdict next to check's and
     hang's on every case (the table in docs/flight_recorder_corpus.md).
 (b) Synthetic healthy dumps (bench/fr_synth.py) at each scale: wall time of each command (a fresh
     process: startup and torch import included, as a user pays them) and the ratio, same run.
@@ -84,7 +84,9 @@ def seeded(dumps: str, work: str) -> None:
     if not os.path.isdir(os.path.join(dumps, "healthy")):
         print(f"generating real gloo dumps in {dumps} ...", flush=True)
         subprocess.run(
-            [sys.executable, os.path.join(REPO, "tests", "fr", "make_dumps.py"), dumps], check=True, capture_output=True
+            [sys.executable, os.path.join(REPO, "tests", "flight_recorder", "make_dumps.py"), dumps],
+            check=True,
+            capture_output=True,
         )
     print("\n(a) seeded bugs, 4 gloo ranks: what each tool reports")
     print(
@@ -98,9 +100,9 @@ def seeded(dumps: str, work: str) -> None:
 
 
 def corpus_table(work: str) -> None:
-    """(c) the peer corpus (tests/fr/corpus.py): fr_trace's verdict and commtrace's `check` and
+    """(c) the peer corpus (tests/flight_recorder/corpus.py): fr_trace's verdict and commtrace's `check` and
     `hang` on every case, next to the hand-derived truth (docs/flight_recorder_corpus.md)."""
-    sys.path.insert(0, os.path.join(REPO, "tests", "fr"))
+    sys.path.insert(0, os.path.join(REPO, "tests", "flight_recorder"))
     import corpus
 
     folder = os.path.join(work, "corpus")

@@ -1,4 +1,4 @@
-"""Bench rows for TorchTitan v0.2.2's shipped llama3 presets (tests/torchtitan_v0.2.2/), recorded
+"""Bench rows for TorchTitan v0.2.2's shipped llama3 presets (tests/torchtitan/torchtitan_v0.2.2/), recorded
 unchanged at their own degrees as a user would: `tracer record llama3_70b.toml -n 64` (dp 8 x
 tp 8, the 70B flavor's shapes, 2 steps, fake compute picked by --compute auto).
 

@@ -9,7 +9,7 @@ uncaught exceptions, blocked loads, values read from the DOM, and a screenshot.
 
 Speaks the DevTools protocol over --remote-debugging-pipe (NUL-separated JSON on fds 3 and 4),
 so it needs nothing but the Debian `chromium` package and the standard library: no WebDriver,
-no browser download, no port. Used by tests/test_report.py and scripts/screenshot_report.py.
+no browser download, no port. Used by tests/analyze/test_report.py and scripts/screenshot_report.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import polars as pl
@@ -36,6 +37,20 @@ BIN = os.path.dirname(sys.executable)
 
 def program(name: str) -> str:
     return os.path.join(PROGRAMS, name + ".py")
+
+
+# The fast tier (`make test-fast`, `pytest -m "not records"`): tests that neither record a program
+# nor run one on gloo. These folders record by nature; elsewhere a test that asks for a recording
+# fixture is marked here, and one that records by itself carries @pytest.mark.records.
+RECORDING_FOLDERS = {"record", "torchtitan", "end_to_end"}
+RECORDING_FIXTURES = {"recorded", "workload"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        folder = os.path.relpath(str(item.path), HERE).split(os.sep)[0]
+        if folder in RECORDING_FOLDERS or RECORDING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.records)
 
 
 @pytest.fixture(scope="session")
@@ -133,3 +148,34 @@ def sig(e: dict) -> tuple:
         e["reduce_op"],
         e["async_op"],
     )
+
+
+# helpers shared by test files in several folders (a test module never imports another)
+TT = os.path.join(HERE, "torchtitan", "torchtitan_v0.2.2")
+"""TorchTitan v0.2.2's shipped train configs, copied unchanged."""
+
+
+def run_tracer(*args, cwd=None, timeout=300):
+    return subprocess.run(
+        [os.path.join(BIN, args[0]), *args[1:]], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
+
+
+def one_line_error(proc) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert lines, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def record_one_block(tmp_path, toml_name: str, flavor: str):
+    """Record a shipped preset unchanged but for one block (n_layers next to its flavor), at
+    -n 16 (dp 2 x tp 8), rank 0 only; returns (the finished process, the trace's path)."""
+    text = open(os.path.join(TT, toml_name)).read()
+    assert f'flavor = "{flavor}"\n' in text
+    toml = tmp_path / toml_name.replace(".toml", "_1block.toml")
+    toml.write_text(text.replace(f'flavor = "{flavor}"\n', f'flavor = "{flavor}"\nn_layers = 1\n'))
+    out = tmp_path / toml_name.replace(".toml", ".trace")
+    p = run_tracer("tracer", "record", str(toml), "-n", "16", "--ranks", "0", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    return p, out

@@ -1,6 +1,6 @@
 """Which compute a recording uses (`--compute` / `[tracer] compute`): real tensor math, or fake
 (FakeTensorMode: shapes only; tracer/capture/fake_compute.py). Both record the same comm
-pattern (tests/test_compute_modes.py); they differ in cost and in what they can see.
+pattern (tests/record/test_compute_modes.py); they differ in cost and in what they can see.
 
 "auto", the default, picks per job:
 - real for a [job] script / entrypoint or --script: a program's math may read tensor values

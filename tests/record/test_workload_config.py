@@ -1,27 +1,13 @@
 """`tracer record CONFIG.toml`: TorchTitan keys, CLI overrides, and one-line errors (exit 2)."""
 
 import os
-import subprocess
 
 import pytest
-from conftest import BIN, REPO, program, stream
+from conftest import REPO, one_line_error, program, run_tracer, stream
 
 from analyzer.loader import load
 
 EXAMPLES = os.path.join(REPO, "examples")
-
-
-def run_tracer(*args, cwd=None, timeout=300):
-    return subprocess.run(
-        [os.path.join(BIN, args[0]), *args[1:]], capture_output=True, text=True, cwd=cwd, timeout=timeout
-    )
-
-
-def one_line_error(proc) -> str:
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert lines, proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
 
 
 BASE = """

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from test_workload_config import run_tracer
+from conftest import run_tracer
 
 from traceformat.reader import read_trace
 from traceformat.relabel import RelabelError, difference, relabel
@@ -171,7 +171,7 @@ def test_plan_applies_only_where_the_program_is_rank_symmetric(tmp_path):
     from tracer import config as config_mod
     from tracer.record import sharing as rank_sharing
 
-    tt = os.path.join(os.path.dirname(__file__), "torchtitan_v0.2.2", "llama3_70b.toml")
+    tt = os.path.join(os.path.dirname(os.path.dirname(__file__)), "torchtitan", "torchtitan_v0.2.2", "llama3_70b.toml")
     cfg = config_mod.load(tt, world_size=64)
     plan, why = rank_sharing.plan(cfg, mode="fake", compute="fake", ranks=list(range(64)), cores=4)
     # dp 8 x tp 8: one class; the corner 63 and, with a core to spare, one seeded-random rank

@@ -75,7 +75,7 @@ def test_group_whose_majority_issued_nothing(tmp_path):
     import pickle
     import sys
 
-    sys.path.insert(0, os.path.join(REPO, "tests", "fr"))
+    sys.path.insert(0, os.path.join(REPO, "tests", "flight_recorder"))
     import corpus
 
     ar = corpus.entry(0, "allreduce", 1, [[4]], [[4]])
@@ -120,7 +120,7 @@ def test_fr_dump_with_a_non_string_group_name_is_refused(tmp_path):
     import pickle
     import sys
 
-    sys.path.insert(0, os.path.join(REPO, "tests", "fr"))
+    sys.path.insert(0, os.path.join(REPO, "tests", "flight_recorder"))
     import corpus
 
     ar = corpus.entry(0, "allreduce", 1, [[4]], [[4]])

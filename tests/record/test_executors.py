@@ -6,8 +6,7 @@ import os
 
 import pytest
 import ray  # the `test` extra installs it
-from conftest import REPO, program, sig, stream
-from test_workload_config import run_tracer
+from conftest import REPO, program, run_tracer, sig, stream
 
 from analyzer.loader import load
 

@@ -6,8 +6,7 @@ see (tensor values) falls back to real compute, rank by rank, with a note."""
 import os
 
 import pytest
-from conftest import REPO, program, stream
-from test_workload_config import run_tracer
+from conftest import REPO, program, run_tracer, stream
 
 from analyzer.compare.diff import diff_traces
 from analyzer.loader import load

@@ -1,7 +1,7 @@
 """Real PyTorch Flight Recorder dumps from seeded bugs: N gloo ranks on CPU, one folder per case
 and form.
 
-    python tests/fr/make_dumps.py OUT_DIR [--cases healthy,size,...] [--world 4]
+    python tests/flight_recorder/make_dumps.py OUT_DIR [--cases healthy,size,...] [--world 4]
 
 For each case, OUT_DIR/CASE/ gets three folders: `pickle/` (what `_dump_fr_trace` returns, raw:
 gloo's empty pg_config, files `rank_R`), `json/` (`_dump_fr_trace_json`, files

@@ -11,7 +11,7 @@ from analyzer.waitfor.certificate import ordered
 from analyzer.waitfor.replay import simulate
 from analyzer.waitfor.settle import settle
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _blocked(found):

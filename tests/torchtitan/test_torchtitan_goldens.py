@@ -14,7 +14,7 @@ tp 2]: ranks 0-3 hold pipeline rank 0, ranks 4-7 pipeline rank 1, each rank's pp
 Microbatches M = local_batch_size 2 / pipeline_parallel_microbatch_size 1 = 2. A stage boundary
 carries the layer output of one microbatch as the local shard of a sequence-parallel DTensor:
 1 sample x 64/2 tokens x dim 256 in bf16 = 16384 bytes, activations forward, gradients back.
-Re-recording these with TorchTitan and comparing is tests/test_torchtitan_pipeline.py.
+Re-recording these with TorchTitan and comparing is tests/torchtitan/test_torchtitan_pipeline.py.
 """
 
 from __future__ import annotations

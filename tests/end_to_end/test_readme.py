@@ -30,7 +30,7 @@ RUN_LANGS = {"sh", "bash"}
 SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((?P<why>[^)]+)\)\s*-->")
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)\s*$")
 # copied into the scratch folder: what the tour's commands read
-INPUTS = ("examples", "traces", "tests/programs", "tests/fr")
+INPUTS = ("examples", "traces", "tests/programs", "tests/flight_recorder")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -145,7 +145,12 @@ def test_every_shell_block_runs_or_says_why_not():
     ran = readme_commands()
     # the tour's steps are all there: a parser that dropped them would pass everything
     subcommands = {tuple(c.text.split()[:2]) for c in ran}
-    for step in [("tracer", "record"), ("make", "demo"), ("make", "test"), ("python", "tests/fr/make_dumps.py")]:
+    for step in [
+        ("tracer", "record"),
+        ("make", "demo"),
+        ("make", "test"),
+        ("python", "tests/flight_recorder/make_dumps.py"),
+    ]:
         assert step in subcommands, step
     for sub in ("check", "diff", "hang", "summary", "report"):
         assert ("analyzer", sub) in subcommands, sub

@@ -5,12 +5,13 @@ of the first divergence unless asked for (--groups); goldens still compare every
 import json
 
 import pytest
-from conftest import program
-from test_workload_config import run_tracer
+from conftest import program, run_tracer
 
 from analyzer.compare.diff import diff_traces
 from analyzer.compare.normalize import Options, normalize, parse_aliases
 from analyzer.loader import load
+
+pytestmark = pytest.mark.records  # the pair of traces is recorded (module fixture)
 
 
 @pytest.fixture(scope="module")

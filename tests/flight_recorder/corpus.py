@@ -1,7 +1,7 @@
 """The peer corpus: Flight Recorder dump folders written by hand in the format ProcessGroupNCCL
 and gloo write (pickles, one `rank_R` file per rank), with the verdict each case should get.
 
-    python tests/fr/corpus.py OUT_DIR          # one folder per case
+    python tests/flight_recorder/corpus.py OUT_DIR          # one folder per case
 
 Cases: every scenario of PyTorch's test/distributed/flight_recorder/test_fr_analysis.py
 (`fra_*`, 2 ranks, with real sequence numbers where the test leaves them 0), NCCL hang shapes

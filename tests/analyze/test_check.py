@@ -82,13 +82,14 @@ def test_healthy_programs_have_no_findings(recorded, name, world, mode):
 
 
 @pytest.mark.parametrize("mode", ["fake", "local"])
+@pytest.mark.records
 def test_example_has_no_findings(tmp_path, mode):
     from tracer.record.pipeline import record
     from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     out = str(tmp_path / "ex.trace")
-    example = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "fsdp_tp.py")
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "examples", "fsdp_tp.py")
     assert (
         record(RecordRequest(program=Program(script=example), world_size=4, out=out, mode=mode, progress=False)).errors
         == {}

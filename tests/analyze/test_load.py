@@ -12,7 +12,7 @@ from traceformat import format as fmt
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN = os.path.join(REPO, "traces", "fsdp_tp_pp_1f1b.trace")  # p2p, waits, several groups
 
 

@@ -1,4 +1,4 @@
-"""The peer corpus (tests/fr/corpus.py): PyTorch's test_fr_analysis.py scenarios, NCCL hang
+"""The peer corpus (tests/flight_recorder/corpus.py): PyTorch's test_fr_analysis.py scenarios, NCCL hang
 shapes and conventions, gloo's status that counts a timed-out collective, as dump folders.
 Each gives exactly the hand-derived findings from `check` and root causes from `hang`."""
 
@@ -15,7 +15,7 @@ from analyzer.hang import analyze
 from analyzer.loader import load
 from analyzer.report import ReportInputs, build_report
 
-sys.path.insert(0, os.path.join(HERE, "fr"))
+sys.path.insert(0, os.path.join(HERE, "flight_recorder"))
 import corpus  # noqa: E402
 
 CASES = corpus.cases()

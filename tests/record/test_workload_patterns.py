@@ -228,7 +228,7 @@ def test_pipeline_interleaved_1f1b_sends_and_recvs_per_microbatch(workload):
 
 
 def test_local_mode_refuses_pipeline_configs(tmp_path):
-    from test_workload_config import run_tracer
+    from conftest import run_tracer
 
     p = run_tracer("tracer", "record", os.path.join(EXAMPLES, "fsdp_tp_pp_1f1b.toml"), "--mode", "local", cwd=tmp_path)
     assert p.returncode == 2
@@ -317,7 +317,7 @@ def test_fake_and_local_modes_agree(workload, name):
 def test_every_example_records_and_summarises(workload, name, tmp_path):
     import json
 
-    from test_workload_config import run_tracer
+    from conftest import run_tracer
 
     t, res = workload(name)
     assert t.header["config"]["parallelism"]["data_parallel_shard_degree"] >= 1

@@ -1,14 +1,11 @@
-"""TorchTitan v0.2.2's shipped train configs (tests/torchtitan_v0.2.2/, copied unchanged from the
+"""TorchTitan v0.2.2's shipped train configs (tests/torchtitan/torchtitan_v0.2.2/, copied unchanged from the
 v0.2.2 tag), read as they are: dry-run length, world size, flavors."""
 
 import importlib.util
 import os
 
 import pytest
-from conftest import REPO
-from test_workload_config import one_line_error, run_tracer
-
-TT = os.path.join(REPO, "tests", "torchtitan_v0.2.2")
+from conftest import TT, one_line_error, record_one_block, run_tracer
 
 
 def test_a_minus_one_degree_without_a_world_size_asks_for_n(tmp_path):
@@ -41,7 +38,7 @@ def test_flavors_are_torchtitans_llama3_args():
     assert m.hidden_dim == 28672
     per_block = 8192 * 8192 * 2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
     assert per_block == 855_654_400
-    # the 405B preset turns on float8 (fp8 all-gathers, tests/test_workload_float8.py) and async TP
+    # the 405B preset turns on float8 (fp8 all-gathers, tests/record/test_workload_float8.py) and async TP
     if importlib.util.find_spec("torchao") is not None:
         cfg = config.load(os.path.join(TT, "llama3_405b.toml"), world_size=128)
         f8 = cfg.quantize.linear.float8
@@ -176,16 +173,3 @@ def test_llama4_config_is_one_line_where_torchtitan_has_no_llama4():
     assert res.exit_code == 2
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and "model.name 'llama4': TorchTitan" in err[0] and "has no such model" in err[0], err
-
-
-def record_one_block(tmp_path, toml_name: str, flavor: str):
-    """Record a shipped preset unchanged but for one block (n_layers next to its flavor), at
-    -n 16 (dp 2 x tp 8), rank 0 only; returns (the finished process, the trace's path)."""
-    text = open(os.path.join(TT, toml_name)).read()
-    assert f'flavor = "{flavor}"\n' in text
-    toml = tmp_path / toml_name.replace(".toml", "_1block.toml")
-    toml.write_text(text.replace(f'flavor = "{flavor}"\n', f'flavor = "{flavor}"\nn_layers = 1\n'))
-    out = tmp_path / toml_name.replace(".toml", ".trace")
-    p = run_tracer("tracer", "record", str(toml), "-n", "16", "--ranks", "0", "-o", str(out))
-    assert p.returncode == 0, p.stderr
-    return p, out

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 
+import pytest
 from conftest import BIN, program
 
 from analyzer.checks import run_checks
@@ -50,6 +51,7 @@ def test_failed_rank_fails_check_hang_and_diff(recorded, tmp_path):
     assert cli("check", path).returncode == 0 and cli("diff", path, path).returncode == 0
 
 
+@pytest.mark.records
 def test_ranks_killed_at_the_timeout_are_named_with_why(tmp_path):
     from tracer.record.pipeline import record
     from tracer.record.program import Program

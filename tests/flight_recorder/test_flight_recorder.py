@@ -1,4 +1,4 @@
-"""Flight Recorder dumps: real gloo dumps of seeded bugs (tests/fr/make_dumps.py, generated once
+"""Flight Recorder dumps: real gloo dumps of seeded bugs (tests/flight_recorder/make_dumps.py, generated once
 per session) in pickle, JSON and repaired-pickle form give the right kind and culprit; the
 restricted unpickler refuses code; the importer needs no torch."""
 
@@ -15,6 +15,8 @@ from conftest import BIN, HERE, REPO
 from analyzer.checks import run_checks
 from analyzer.loader import LoadError, load
 
+pytestmark = pytest.mark.records  # real gloo ranks make the dumps (module fixture)
+
 FORMS = ("pickle", "json", "repaired")
 # case -> (kind, culprit ranks, group label); None: no findings
 EXPECTED = {
@@ -30,7 +32,7 @@ EXPECTED = {
 def fr_dumps(tmp_path_factory):
     out = tmp_path_factory.mktemp("fr_dumps")
     subprocess.run(
-        [sys.executable, os.path.join(HERE, "fr", "make_dumps.py"), str(out)],
+        [sys.executable, os.path.join(HERE, "flight_recorder", "make_dumps.py"), str(out)],
         check=True,
         capture_output=True,
         timeout=1200,

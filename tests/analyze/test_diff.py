@@ -47,6 +47,7 @@ def test_same_config_recorded_twice_is_identical_after_normalization(tmp_path, w
     assert d.equal and d.divergences == [] and (d.volume["calls_delta"] == 0).all()
 
 
+@pytest.mark.records
 def test_reshard_after_forward_adds_one_backward_all_gather_per_unit_per_step(tmp_path):
     # reshard false: every unit stays gathered after forward, so backward gathers nothing.
     # reshard true: every unit (root has no params) is freed after forward and re-gathered in
@@ -81,6 +82,7 @@ def test_reshard_after_forward_adds_one_backward_all_gather_per_unit_per_step(tm
     assert (others["calls_delta"] == 0).all() and (others["bytes_delta"] == 0).all()
 
 
+@pytest.mark.records
 def test_fsdp8_vs_fsdp4_tp2_compares_by_volume_per_dim(tmp_path):
     fsdp8 = _record(tmp_path, _toml(tmp_path, "fsdp8", {"world_size = 4": "world_size = 8"}))
     fsdp4tp2 = _record(

@@ -7,9 +7,7 @@ import os
 
 import pytest
 import tomllib
-from conftest import stream
-from test_torchtitan_configs import TT, record_one_block
-from test_workload_config import one_line_error, run_tracer
+from conftest import TT, one_line_error, record_one_block, run_tracer, stream
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao not installed")
 
