@@ -23,7 +23,7 @@ from analyzer.checks import collectives, fr_numbers, rank_status
 from analyzer.checks.common import group_table
 from analyzer.checks.options import CheckOptions
 from analyzer.checks.ordering import DEADLOCK_CYCLE, cycle_findings
-from analyzer.checks.p2p import unmatched_causes
+from analyzer.checks.p2p import mismatch_causes, unmatched_causes
 from analyzer.checks.stalled_rank import STALLED_RANK, stalled
 from analyzer.model.findings import Finding
 from analyzer.model.text import group_text, ranks_text
@@ -87,6 +87,9 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
             causes.found.append(cycle)
         for by_op in ops:
             causes.add(by_op, cycle.cycle or [])
+    for mismatch, keys in _p2p_mismatches(trace, stuck):
+        # both sides of a transfer whose sizes disagree are stuck in it, waiting on each other
+        causes.add(mismatch, sorted(r for r, b in stuck.items() if b.key in keys))
     on_cycle = {r for f in causes.found if f.kind == DEADLOCK_CYCLE for r in f.ranks}
     mismatched = None if stopped else _mismatched(trace)
     for sink in sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck):
@@ -133,6 +136,14 @@ def _p2p_causes(trace: Trace, stuck: dict[int, Blocked], stopped: bool) -> dict[
     if not any(not b.key.collective and (stopped or not b.matched) for b in stuck.values()):
         return {}
     return {k: f for f, keys in unmatched_causes(trace) for k in keys}
+
+
+def _p2p_mismatches(trace: Trace, stuck: dict[int, Blocked]) -> list[tuple[Finding, set[WaitKey]]]:
+    """check's p2p_mismatch findings that some stuck rank is blocked in (with their keys)."""
+    keys = {b.key for b in stuck.values() if not b.key.collective}
+    if not keys:
+        return []
+    return [(f, k) for f, k in mismatch_causes(trace) if k & keys]
 
 
 def _leaving_waiting(cause: Finding, sinks: list[int], stuck: dict[int, Blocked], graph: nx.DiGraph) -> Finding:

@@ -45,6 +45,10 @@ class Op:
     """List forms: what each output tensor holds. "input": a member's input (all_gather, gather:
     one output per member); "chunk": the input chunk addressed to this rank (reduce_scatter,
     scatter, all_to_all). What a fake backend, which exchanges nothing, writes in its place."""
+    uneven: bool = False
+    """Each member contributes its own size (NCCL's `all_gather_v` / `reduce_scatter_v`, as Flight
+    Recorder names them): the shared side is the sum of the members' own sides, not the own side
+    times the group size."""
 
 
 def _collective(name: str, **kw) -> Op:
@@ -60,7 +64,9 @@ OPS: dict[str, Op] = {
         _collective("all_gather_coalesced", agree="in", size_factor=1, each_output="input"),
         _collective("all_gather_into_tensor", agree="in", size_factor=1, flat=True),
         _collective("all_gather_into_tensor_coalesced", agree="in", size_factor=1, flat=True),
+        _collective("all_gather_v", agree="out", size_factor=1, each_output="input", uneven=True),
         _collective("reduce_scatter", agree="in", size_factor=-1, each_output="chunk"),
+        _collective("reduce_scatter_v", agree="in", size_factor=-1, each_output="chunk", uneven=True),
         _collective("reduce_scatter_tensor", agree="out", size_factor=-1, flat=True),
         _collective("reduce_scatter_tensor_coalesced", agree="out", size_factor=-1, flat=True),
         _collective("broadcast", agree="in", rooted=True, in_place=True),
@@ -96,3 +102,5 @@ ROOTED_OPS = frozenset(names(rooted=True))
 IN_PLACE_OPS = frozenset(names(in_place=True))
 GATHER_OPS = frozenset(names(size_factor=1))
 SCATTER_OPS = frozenset(names(size_factor=-1))
+UNEVEN_OPS = frozenset(names(uneven=True))
+"""Gathers / reduce-scatters whose members contribute sizes of their own (the `_v` variants)."""

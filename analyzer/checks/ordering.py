@@ -38,6 +38,16 @@ def describe(b: Blocked, groups: dict) -> str:
     )
 
 
+def one_transfer(cycle: list[int], blocked: dict[int, Blocked]) -> bool:
+    """Two ranks blocked in the two sides of one send / recv (a post-mortem: neither completed)
+    wait on each other but are in the same transfer: no ordering cycle. It is in flight, or its
+    sides disagree (a p2p_mismatch, the verdict of its own)."""
+    if len(cycle) != 2:
+        return False
+    a, b = (blocked[r].key for r in cycle)
+    return not a.collective and a.partner() == b
+
+
 def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool = True) -> list[Finding]:
     """One deadlock_cycle per cycle of waiting ranks. With `only_matched`, cycles through an op
     that some party never issues are left out: they are missing collectives / unmatched p2p,
@@ -46,6 +56,8 @@ def cycle_findings(trace: Trace, blocked: dict[int, Blocked], only_matched: bool
     out = []
     for cycle in cycles(wait_graph(blocked)):
         if only_matched and not all(blocked[r].matched for r in cycle):
+            continue
+        if one_transfer(cycle, blocked):
             continue
         ranks = sorted(cycle)
         steps = [describe(blocked[r], groups) for r in cycle]

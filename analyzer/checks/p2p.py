@@ -3,8 +3,10 @@
 The recorder numbers p2p per (group, src, dst) pair on both sides, so matching is one join on
 (group, src, dst, seq): a send without its receive (or the reverse) is `unmatched_p2p` (culprit:
 p2p_cause.py decides -- the rank that addressed a wrong peer, the issuer in a dry run, the
-partner that never got there in a post-mortem), a pair whose shape or dtype differ is `p2p_mismatch` (two
-parties, no majority: both are culprits). Batched p2p needs nothing special: order inside a
+partner that never got there in a post-mortem), a pair whose shape or dtype differ is `p2p_mismatch`
+(culprit: the side whose dtype and shape no other transfer on the group has -- a pipeline sends
+one activation shape -- else both). It is the verdict of its own: the two ranks stuck in its two
+sides wait on each other, but in one transfer, not in an ordering cycle (ordering.one_transfer). Batched p2p needs nothing special: order inside a
 batch_isend_irecv does not change the per-pair numbering.
 """
 
@@ -26,7 +28,13 @@ P2P_MISMATCH = Kind(name="p2p_mismatch", about="a matched send and recv that dis
 
 def check(trace: Trace, options: CheckOptions) -> Checked:
     found, lone, groups = _matched(trace)
-    return Checked(findings=[f for f, _ in causes(trace, lone, groups)] + found)
+    return Checked(findings=[f for f, _ in causes(trace, lone, groups)] + [f for f, _ in found])
+
+
+def mismatch_causes(trace: Trace) -> list[tuple[Finding, set[WaitKey]]]:
+    """check's p2p_mismatch findings, each with the two p2p keys of its transfer: what `hang`
+    names as the root cause of the ranks blocked in it."""
+    return _matched(trace)[0]
 
 
 def unmatched_causes(trace: Trace) -> list[tuple[Finding, set[WaitKey]]]:
@@ -36,8 +44,8 @@ def unmatched_causes(trace: Trace) -> list[tuple[Finding, set[WaitKey]]]:
     return causes(trace, lone, groups)
 
 
-def _matched(trace: Trace) -> tuple[list[Finding], list[Unmatched], dict]:
-    """(p2p_mismatch findings, the sends / recvs nobody matches, the group table)."""
+def _matched(trace: Trace) -> tuple[list[tuple[Finding, set[WaitKey]]], list[Unmatched], dict]:
+    """(p2p_mismatch findings with their keys, the sends / recvs nobody matches, the group table)."""
     pats = trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(["send", "recv"]))
     if pats.is_empty():
         return [], [], {}
@@ -50,6 +58,7 @@ def _matched(trace: Trace) -> tuple[list[Finding], list[Unmatched], dict]:
     both = _by_instance(trace, pats, ev, dtype, ins, outs)
     if both is None:  # a key used twice on one side (or a trace without per-rank patterns): a join
         both = _by_join(trace, pats, ev, dtype, ins, outs)
+    usual = _usual(trace, pats, ev) if len(both) else None
     del ev
     full = pats.select("code", "dtype", "in_shapes", "out_shapes", "frame", "module", "tag")
     both = both.join(full, on="code", how="left", maintain_order="left").join(
@@ -59,7 +68,7 @@ def _matched(trace: Trace) -> tuple[list[Finding], list[Unmatched], dict]:
         trace,
         set(both["in_shapes"].drop_nulls().to_list()) | set(both["out_shapes_r"].drop_nulls().to_list()),
     )
-    out: list[Finding] = []
+    out: list[tuple[Finding, set[WaitKey]]] = []
     lone: list[Unmatched] = []
     for row in both.to_dicts():
         gid, src, dst = row["group"], row["src"], row["dst"]
@@ -71,28 +80,51 @@ def _matched(trace: Trace) -> tuple[list[Finding], list[Unmatched], dict]:
         sent = (row["dtype"], atoms.get(row["in_shapes"]))
         got = (row["dtype_r"], atoms.get(row["out_shapes_r"]))
         if sent != got:
-            out.append(
-                Finding(
-                    kind=P2P_MISMATCH,
-                    ranks=sorted({src, dst}),
-                    culprit_ranks=sorted({src, dst}),
-                    group=group,
-                    seq=row["seq"],
-                    op="send/recv",
-                    expected=f"{sent[0]} {shape_text(sent[1])}",
-                    actual={
-                        src: f"sends {sent[0]} {shape_text(sent[1])}",
-                        dst: f"receives {got[0]} {shape_text(got[1])}",
-                    },
-                    frames={src: _where(row, ""), dst: _where(row, "_r")},
-                    message=(
-                        f"p2p #{row['seq']} {src}->{dst} on {group_text(group)}: rank {src} sends "
-                        f"{sent[0]} {shape_text(sent[1])} ({_where(row, '')}) but rank {dst} receives "
-                        f"{got[0]} {shape_text(got[1])} ({_where(row, '_r')})"
-                    ),
-                )
+            culprits = _odd_side(usual, gid, (row["dtype"], row["in_shapes"]), (row["dtype_r"], row["out_shapes_r"]))
+            key = WaitKey("s", gid, row["seq"], src, dst)
+            finding = Finding(
+                kind=P2P_MISMATCH,
+                ranks=sorted({src, dst}),
+                culprit_ranks=sorted({src, dst} if culprits is None else {(src, dst)[culprits]}),
+                group=group,
+                seq=row["seq"],
+                op="send/recv",
+                expected=f"{sent[0]} {shape_text(sent[1])}",
+                actual={
+                    src: f"sends {sent[0]} {shape_text(sent[1])}",
+                    dst: f"receives {got[0]} {shape_text(got[1])}",
+                },
+                frames={src: _where(row, ""), dst: _where(row, "_r")},
+                message=(
+                    f"p2p #{row['seq']} {src}->{dst} on {group_text(group)}: rank {src} sends "
+                    f"{sent[0]} {shape_text(sent[1])} ({_where(row, '')}) but rank {dst} receives "
+                    f"{got[0]} {shape_text(got[1])} ({_where(row, '_r')})"
+                ),
             )
+            out.append((finding, {key, key.partner()}))
     return out, lone, groups
+
+
+def _usual(trace: Trace, pats: pl.DataFrame, ev: pl.DataFrame) -> dict:
+    """(group, dtype, shape atom) -> how many p2p sides moved that (a send's input, a recv's output)."""
+    side = pats.select(
+        "code",
+        "group",
+        dtype=pl.col("dtype").cast(pl.String),
+        shape=pl.when(pl.col("is_send")).then("in_shapes").otherwise("out_shapes"),
+    )
+    counts = ev.select("code").join(side, on="code").group_by("group", "dtype", "shape").len()
+    return {(g, d, sh): n for g, d, sh, n in counts.iter_rows()}
+
+
+def _odd_side(usual: dict | None, gid: int, sent: tuple, got: tuple) -> int | None:
+    """0 (the sender) or 1 (the receiver): the side whose (dtype, shape) fewer other transfers on
+    the group moved; None when as many did (no way to tell: both are culprits)."""
+    if usual is None:
+        return None
+    n_sent = usual.get((gid, str(sent[0]), sent[1]), 0)
+    n_got = usual.get((gid, str(got[0]), got[1]), 0)
+    return None if n_sent == n_got else (0 if n_sent < n_got else 1)
 
 
 def _by_instance(trace: Trace, pats, ev, dtype, ins, outs) -> pl.DataFrame | None:

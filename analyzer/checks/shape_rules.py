@@ -13,11 +13,12 @@ from analyzer.checks.common import atom_values
 from analyzer.model.findings import Kind
 from analyzer.model.text import frame_text, group_text, is_shapes, ranks_text, shape_text
 from traceformat.format import Mode
-from traceformat.ops import GATHER_OPS, SCATTER_OPS
+from traceformat.ops import GATHER_OPS, SCATTER_OPS, UNEVEN_OPS
 
 SAME_SHAPE = ["all_reduce", "all_reduce_coalesced", "broadcast"]  # output = input, shape and dtype
-GATHERS = sorted(GATHER_OPS)
-SCATTERS = sorted(SCATTER_OPS)
+GATHERS = sorted(GATHER_OPS - UNEVEN_OPS)
+SCATTERS = sorted(SCATTER_OPS - UNEVEN_OPS)
+UNEVEN = sorted(UNEVEN_OPS)
 DTYPE_MISMATCH = Kind(
     name="dtype_mismatch",
     about="members of a collective passed different dtypes, or an output's dtype differs from its input's",
@@ -88,6 +89,7 @@ def per_row_rules(report, trace, groups, pats: pl.DataFrame, positioned, atoms, 
     """Every rule a rank's own collective must satisfy, whatever the others did."""
     _output_side(report, groups, pats, positioned, atoms, present)
     _size_rule(report, trace, groups, pats, positioned, atoms, present)
+    _uneven_rule(report, groups, pats, positioned, atoms, present)
     _splits(report, trace, groups, pats, positioned, present)
 
 
@@ -122,6 +124,43 @@ def _size_rule(report, trace, groups, pats: pl.DataFrame, positioned, atoms, pre
         io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
         rule = "output = input x group size" if row["op"] in GATHERS else "input = output x group size"
         _self_finding(report, groups, present, row, SHAPE_MISMATCH, rule, io, output_side=False)
+
+
+def _uneven_rule(report, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
+    """all_gather_v / reduce_scatter_v: each member contributes its own size, so the shared side
+    (a gather's outputs, a reduce-scatter's inputs: one flat tensor or one chunk per member) holds
+    the sum of the members' own sides. Judged per position, once every member is there and the
+    shared side agrees (a shared side that differs is the cross-rank shape_mismatch already).
+    Culprits: the members whose own side differs from their chunk of the shared side; all of them
+    when the shared side is one flat tensor (which member is off cannot be told)."""
+    cand = pats.filter(pl.col("op").is_in(UNEVEN))
+    if cand.is_empty():
+        return
+    rows = positioned(cand).to_dicts()
+    by_pos: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_pos[(row["group"], row["pos"])].append(row)
+    for (gid, pos), at in sorted(by_pos.items()):
+        members = [r for r in groups[gid]["ranks"] if r in present]
+        gather = at[0]["op"] in GATHER_OPS
+        own, shared = ("in_shapes", "out_shapes") if gather else ("out_shapes", "in_shapes")
+        if sorted(r["rank"] for r in at) != members or len({r[shared] for r in at}) != 1:
+            continue
+        chunks = atoms.get(at[0][shared]) or []
+        mine = {r["rank"]: sum(_prod(s) for s in (atoms.get(r[own]) or [])) for r in at}
+        if len(chunks) == len(groups[gid]["ranks"]):  # one chunk per member, in group-rank order
+            culprits = [r for j, r in enumerate(groups[gid]["ranks"]) if r in mine and _prod(chunks[j]) != mine[r]]
+        else:
+            culprits = [] if sum(_prod(s) for s in chunks) == sum(mine.values()) else members
+        if not culprits:
+            continue
+        side = "outputs" if gather else "inputs"
+        rule = f"{side} = the members' own sizes summed"
+        for row in sorted(at, key=lambda r: r["rank"]):
+            if row["rank"] not in culprits:
+                continue
+            io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
+            _self_finding(report, groups, present, row, SHAPE_MISMATCH, rule, io, output_side=False)
 
 
 def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> None:

@@ -19,6 +19,7 @@ from traceformat.ops import (
     P2P_OPS,
     ROOTED_OPS,
     SCATTER_OPS,
+    UNEVEN_OPS,
     names,
 )
 
@@ -29,15 +30,23 @@ def test_op_table():
         "all_gather_coalesced",
         "all_gather_into_tensor",
         "all_gather_into_tensor_coalesced",
+        "all_gather_v",
     }
-    assert SCATTER_OPS == {"reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"}
+    assert SCATTER_OPS == {
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced",
+        "reduce_scatter_v",
+    }
+    assert UNEVEN_OPS == {"all_gather_v", "reduce_scatter_v"}
     assert ROOTED_OPS == {"broadcast", "reduce", "gather", "scatter"}
     assert IN_PLACE_OPS == {"all_reduce", "all_reduce_coalesced", "broadcast", "reduce"}
     assert P2P_OPS == {"send", "recv"} and GROUP_OPS == {"init_process_group", "new_group", "split_group"}
-    assert len(COLLECTIVE_OPS) == 16 and not COLLECTIVE_OPS & (P2P_OPS | GROUP_OPS)
+    assert len(COLLECTIVE_OPS) == 18 and not COLLECTIVE_OPS & (P2P_OPS | GROUP_OPS)
     # the list forms agree on their per-member side: all_gather's outputs, reduce_scatter's inputs
     assert names(kind=COLLECTIVE, agree="out") == (
         "all_gather",
+        "all_gather_v",
         "reduce_scatter_tensor",
         "reduce_scatter_tensor_coalesced",
         "scatter",

@@ -38,17 +38,17 @@ BACKEND_OPS = {
     "all_gather_base": "all_gather_into_tensor",
     "all_gather_single": "all_gather_into_tensor",
     "all_gather_into_tensor": "all_gather_into_tensor",
-    "all_gather_v": "all_gather",
+    "all_gather_v": "all_gather_v",
     "allgather_coalesced": "all_gather_coalesced",
     "all_gather_coalesced": "all_gather_coalesced",
     "all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
     "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
     "ALLGATHER_coalesced": "all_gather_into_tensor_coalesced_marker",
     # NCCL flattens a list reduce_scatter of equal chunks into one input [size * n, ...] (output
-    # [n, ...]): the tensor form. Uneven ones are `reduce_scatter_v` / `all_gather_v`: the list
-    # forms, whose chunks may differ by rank
+    # [n, ...]): the tensor form. Uneven ones are `reduce_scatter_v` / `all_gather_v` (each member
+    # its own size: the op table's `uneven` ops), as a per-member list or one flat tensor
     "reduce_scatter": "reduce_scatter_tensor",
-    "reduce_scatter_v": "reduce_scatter",
+    "reduce_scatter_v": "reduce_scatter_v",
     "_reduce_scatter_base": "reduce_scatter_tensor",
     "reduce_scatter_single": "reduce_scatter_tensor",
     "reduce_scatter_tensor": "reduce_scatter_tensor",
@@ -208,7 +208,7 @@ def derive_outputs(op: str, inputs: list, size: int) -> list | None:
     """Output shapes in commtrace's convention from the inputs and the group size (for gathers
     and reduce-scatters whose recorded outputs follow FR's conventions); None: keep them."""
     kind = OPS.get(op)
-    if size <= 0 or not inputs or kind is None or not kind.size_factor:
+    if size <= 0 or not inputs or kind is None or not kind.size_factor or kind.uneven:
         return None
     if kind.flat and kind.size_factor > 0:  # all_gather_into_tensor(_coalesced)
         return [[s[0] * size, *s[1:]] if s else [size] for s in inputs]

@@ -16,9 +16,9 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.sources.flight_recorder import conventions as conv
-from traceformat.ops import GATHER_OPS
+from traceformat.ops import GATHER_OPS, UNEVEN_OPS
 
-GATHERS = tuple(sorted(GATHER_OPS))
+GATHERS = tuple(sorted(GATHER_OPS - UNEVEN_OPS))  # an uneven gather's sizes show no group size
 
 
 def _name_order(name: str):
