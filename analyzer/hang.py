@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
+import polars as pl
 
 from analyzer.checks import collectives, fr_numbers, rank_status
 from analyzer.checks.common import group_table
@@ -91,7 +92,7 @@ def analyze(trace: Trace, expected: Trace | None = None, eager_bytes: int = 0) -
         # both sides of a transfer whose sizes disagree are stuck in it, waiting on each other
         causes.add(mismatch, sorted(r for r, b in stuck.items() if b.key in keys))
     on_cycle = {r for f in causes.found if f.kind == DEADLOCK_CYCLE for r in f.ranks}
-    mismatched = None if stopped else _mismatched(trace)
+    mismatched = _mismatched(trace, stopped)
     for sink in sorted(n for n in graph.nodes if graph.out_degree(n) == 0 and n not in stuck):
         cause = _p2p_cause(sink, stuck, graph, by_key)
         if cause is None and mismatched:
@@ -161,13 +162,31 @@ def _leaving_waiting(cause: Finding, sinks: list[int], stuck: dict[int, Blocked]
     return replace(cause, message=message, waiting_ranks=waiting)
 
 
-def _mismatched(trace: Trace) -> list[Finding]:
-    """The collectives check's extra or skipped collectives (a rank that stopped is a stall)."""
-    return [
-        f
-        for f in collectives.check(trace, CheckOptions()).findings
-        if f.kind == collectives.MISSING_COLLECTIVE and f.detail in ("extra", "skipped")
-    ]
+def _mismatched(trace: Trace, stopped: bool) -> list[Finding]:
+    """The collectives check's extra or skipped collectives (a rank that stopped is a stall). In
+    a post-mortem also the collective a rank never issued while its own last op on that group is
+    still open: it went on past that op (async work, gloo's never-updated entries) and never
+    reached the next one, which the others wait in -- check's verdict, not a rank stuck inside
+    an op. Only where some rank is stuck at all."""
+    found = [f for f in collectives.check(trace, CheckOptions()).findings if f.kind == collectives.MISSING_COLLECTIVE]
+    if not stopped:
+        return [f for f in found if f.detail in ("extra", "skipped")]
+    return [f for f in found if f.detail in ("extra", "skipped") or _left_open(trace, f)]
+
+
+def _left_open(trace: Trace, f: Finding) -> bool:
+    """Every culprit's last recorded op on the finding's group is one no member was seen to
+    complete (in flight when the dumps were taken: the culprit is not stuck inside an op the
+    others finished, which is a stalled rank)."""
+    if not trace.has("state") or f.group is None:
+        return False
+    gid = next((g for g, v in group_table(trace).items() if v == f.group), None)
+    on_group = trace.events.filter(pl.col("group") == gid)
+    last = on_group.filter(pl.col("rank").is_in(f.culprit_ranks)).sort("idx").group_by("rank").last()
+    if last.height != len(f.culprit_ranks):
+        return False
+    done = on_group.filter(pl.col("seq").is_in(last["seq"].unique().to_list()) & (pl.col("state") == "completed"))
+    return done.is_empty()
 
 
 def _p2p_cause(

@@ -4,10 +4,11 @@ The recorder numbers p2p per (group, src, dst) pair on both sides, so matching i
 (group, src, dst, seq): a send without its receive (or the reverse) is `unmatched_p2p` (culprit:
 p2p_cause.py decides -- the rank that addressed a wrong peer, the issuer in a dry run, the
 partner that never got there in a post-mortem), a pair whose shape or dtype differ is `p2p_mismatch`
-(culprit: the side whose dtype and shape no other transfer on the group has -- a pipeline sends
+(culprit: the side whose dtype and shape fewer other transfers on the group moved -- a pipeline sends
 one activation shape -- else both). It is the verdict of its own: the two ranks stuck in its two
-sides wait on each other, but in one transfer, not in an ordering cycle (ordering.one_transfer). Batched p2p needs nothing special: order inside a
-batch_isend_irecv does not change the per-pair numbering.
+sides wait on each other, but in one transfer, not in an ordering cycle (ordering.one_transfer).
+Batched p2p needs nothing special: order inside a batch_isend_irecv does not change the per-pair
+numbering.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def _uneven_rule(report, groups, pats: pl.DataFrame, positioned, atoms, present)
     by_pos: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
         by_pos[(row["group"], row["pos"])].append(row)
-    for (gid, pos), at in sorted(by_pos.items()):
+    for (gid, _), at in sorted(by_pos.items()):
         members = [r for r in groups[gid]["ranks"] if r in present]
         gather = at[0]["op"] in GATHER_OPS
         own, shared = ("in_shapes", "out_shapes") if gather else ("out_shapes", "in_shapes")

@@ -108,16 +108,29 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
         "phase",
         table=pats,
     )
-    stuck = (
+    candidates = (
         with_waits(trace, stuck, ev, pats)
         .with_columns(block=pl.when(pl.col("async_op") == 1).then("wait_idx").otherwise("idx"))
         .filter(pl.col("block").is_not_null())
         .sort("rank", "block")
-        .group_by("rank", maintain_order=True)
-        .first()
     )
+    while True:
+        out, in_flight = _blocked_at(candidates.group_by("rank", maintain_order=True).first(), coll, members, present)
+        if not fr_state or in_flight.is_empty():
+            return out
+        # a rank whose first open op is in flight (every member in it, none completed) went on
+        # past it (FR: async work, or gloo's entries that are never updated): it is blocked at
+        # its next open op, if any -- the collective after it that a member skipped
+        candidates = candidates.join(in_flight, on=["rank", "idx"], how="anti")
+
+
+def _blocked_at(stuck: pl.DataFrame, coll: pl.DataFrame, members: dict, present: set) -> tuple[dict, pl.DataFrame]:
+    """(rank -> Blocked at its first open op, the (rank, idx) of those ops that are in flight: an
+    FR collective every member is in and none completed, where no rank waits on another)."""
+    fr_state = "state" in coll.columns
+    flying: list[tuple[int, int]] = []
     if stuck.is_empty():
-        return {}
+        return {}, pl.DataFrame(flying, schema={"rank": pl.Int32, "idx": pl.Int64}, orient="row")
     arrived_rows = coll.join(
         stuck.filter(pl.col("op").is_in(sorted(COLLECTIVE_OPS))).select("group", "seq").unique(), on=["group", "seq"]
     )
@@ -135,6 +148,7 @@ def frontier(trace: Trace) -> dict[int, Blocked]:
         if fr_state and key.collective and not waiting:
             # every member is in it and none completed it: in flight when the dumps were taken
             # (or stuck inside the backend), no rank waits on another -- not a blocking point
+            flying.append((row["rank"], row["idx"]))
             continue
         out[row["rank"]] = Blocked(row["rank"], row, key, waiting)
-    return out
+    return out, pl.DataFrame(flying, schema={"rank": pl.Int32, "idx": pl.Int64}, orient="row")
