@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import tempfile
 
 import typer
 
@@ -58,43 +56,31 @@ def _load(path: str):
 
 
 def _output(path: str, *inputs: str | None, what: str = "-o") -> None:
-    """Refuse (one line, exit 2) an output that is one of the inputs or cannot be written,
-    before the (maybe long) load: the file stays untouched."""
-    from traceformat.output import OutputError, refuse_inputs, writable
+    """Refuse (one line, exit 2) an output that is one of the inputs or cannot be written (a real
+    try: /proc and some mounts pass access() yet refuse new files), before the (maybe long)
+    load: the file stays untouched."""
+    from traceformat.output import OutputError, probe, refuse_inputs
 
     try:
         refuse_inputs(path, inputs, what)
-        writable(path, what)
+        probe(path, what)
     except OutputError as e:
         _fail(str(e))
-    try:  # a real try: /proc and some mounts pass access() yet refuse new files
-        fd, probe = tempfile.mkstemp(
-            prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path))
-        )
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        _cannot_write(path, what, e)
-
-
-def _cannot_write(path: str, what: str, e: OSError) -> None:
-    """One line naming the output and the system's reason (no space, read-only, ...), exit 2."""
-    why = (e.strerror or type(e).__name__).lower()
-    _fail(f"{what} {path}: cannot write ({why})")
 
 
 @contextlib.contextmanager
 def _write(path: str, mode: str = "w", what: str = "-o"):
-    """An open temp file that replaces `path` once written: a failed or interrupted command
-    leaves no half-written file (checked writable by _output first). An OSError writing it
-    (no space, read-only, a folder it cannot create files in) is one line, exit 2."""
-    from traceformat.output import atomic_open
+    """An open temp file that replaces `path` once written (a device or FIFO is written in place,
+    never renamed over): a failed or interrupted command leaves no half-written file (checked
+    writable by _output first). An OSError writing it (no space, read-only, a folder it cannot
+    create files in) is one line, exit 2."""
+    from traceformat.output import atomic_open, cannot_write
 
     try:
         with atomic_open(path, mode) as f:
             yield f
     except OSError as e:
-        _cannot_write(path, what, e)
+        _fail(str(cannot_write(path, e, what)))
 
 
 @app.command()
@@ -357,39 +343,11 @@ def golden_check(
     raise typer.Exit(1 if changed else 0)
 
 
-class _QuietPipe:
-    """sys.stdout that, once its reader has gone (`analyzer diff A B | head -1`), sends the rest
-    to devnull: the command goes on to exit with its own status (1 different, 0 equal), with no
-    traceback and no "Exception ignored" at exit (click would exit 1 on the broken pipe)."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def _gone(self) -> None:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, self._stream.fileno())  # what is still buffered goes there too
-        os.close(devnull)
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except BrokenPipeError:
-            self._gone()
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            self._gone()
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
-
-
 def main() -> None:
+    from traceformat.output import QuietPipe
+
     if sys.stdout is not None:
-        sys.stdout = _QuietPipe(sys.stdout)
+        sys.stdout = QuietPipe(sys.stdout)
     try:
         app()
     except KeyboardInterrupt:

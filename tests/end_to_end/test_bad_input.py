@@ -72,7 +72,7 @@ def test_wrong_world_size_names_rank_and_cause(tmp_path):
     p = run("tracer", "record", "--script", program("wrong_world"), "-n", "4", "-o", "w.trace", cwd=tmp_path)
     assert p.returncode == 2
     line = one_line_error(p)
-    assert "rank 0" in line and "world_size=8" in line and "simulates 4 ranks" in line
+    assert "ranks 0-3:" in line and "world_size=8" in line and "simulates 4 ranks" in line  # one line for all
 
 
 def test_rank_that_raises_keeps_everyones_events(tmp_path):

@@ -40,7 +40,11 @@ def _terminated(signum, frame) -> None:
 
 
 def main() -> None:
+    from traceformat.output import QuietPipe
+
     signal.signal(signal.SIGTERM, _terminated)  # unwind like Ctrl-C: the ranks are killed, the parts kept
+    if sys.stdout is not None:  # `tracer golden update | head -1`: the command's own status, quietly
+        sys.stdout = QuietPipe(sys.stdout)
     try:
         app()
     except KeyboardInterrupt as e:

@@ -42,26 +42,28 @@ def record(request: RecordRequest) -> None:
 
 
 def report(result: RecordResult) -> None:
+    """The verdict first (the failed ranks, first real error first: record/result.py's
+    failure_lines), then where the trace went; exit 2 when a rank failed."""
+    from tracer.record.result import failure_lines
+
     for line in result.notes:
         note(line)
     n = sum(result.n_events.values())
     if not result.written:
         typer.echo(f"error: no rank recorded anything; {result.out} not written", err=True)
-        for line in list(result.errors.values())[:1]:
+        for line in failure_lines(result.failures)[:1]:
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2)
-    typer.echo(f"recorded {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.out}", err=True)
+    for line in failure_lines(result.failures):
+        typer.echo(f"error: {line}", err=True)
+    what = "partial trace:" if result.errors else "recorded"
+    kept = f" ({result.out} left as it was)" if result.path != result.out else ""
+    typer.echo(
+        f"{what} {n} events on {len(result.ranks)} ranks in {result.seconds:.1f} s -> {result.path}{kept}", err=True
+    )
     if result.peak_rss:
         typer.echo(peaks(result.peak_rss), err=True)
     if result.errors:
-        for line in list(result.errors.values())[:1]:
-            typer.echo(f"error: {line}", err=True)
-        if len(result.errors) > 1:
-            typer.echo(
-                f"error: {len(result.errors) - 1} more ranks failed: "
-                f"{', '.join(str(r) for r in list(result.errors)[1:9])}",
-                err=True,
-            )
         raise typer.Exit(2)
 
 

@@ -72,7 +72,10 @@ def golden_update(
         else:
             traces, errors = record_all(examples, work)
         _recording_errors(errors)
-        written = update(examples, traces_dir, traces)
+        try:
+            written = update(examples, traces_dir, traces)
+        except ValueError as e:  # a golden that cannot be written: one line naming it
+            fail(str(e))
     for path in written:
         typer.echo(f"written  {os.path.splitext(os.path.basename(path))[0]} ({path})")
     if not written and not errors:

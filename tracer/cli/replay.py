@@ -23,7 +23,7 @@ def replay(
     """Re-issue a recorded comm pattern on a real backend, no model. Exit 0 completed (prints time
     and bandwidth per op and group), 1 hung or failed (prints the hang analysis), 2 bad input."""
     from traceformat import format as fmt
-    from traceformat.output import refuse_inputs, writable
+    from traceformat.output import cannot_write, probe, refuse_inputs
     from tracer.replay.driver import ReplayError
     from tracer.replay.driver import replay as run_replay
 
@@ -34,10 +34,12 @@ def replay(
         if steps is not None and steps < 1:
             raise ValueError(f"--steps must be at least 1, got {steps}")
         refuse_inputs(out, [trace])
-        writable(out)
+        probe(out)
         result = run_replay(trace, out=out, timeout=timeout, steps=steps, prefix=prefix, backend=backend)
     except (ValueError, ReplayError, fmt.TraceFormatError) as e:
         fail(str(e))
+    except OSError as e:  # its parts folder or its trace could not be written
+        fail(str(cannot_write(out, e)))
     from rich.console import Console
 
     if result.hung or result.errors:

@@ -100,3 +100,16 @@ class Progress:
         if self._p is not None:
             self._p.stop()
             self._p = None
+
+
+def last_line(log: str) -> str:
+    """The last non-blank line of a job's log ('' when none): what a process that exited with
+    a status of its own (os._exit) said last."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.path.getsize(log) - 4096))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""

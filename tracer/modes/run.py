@@ -9,6 +9,7 @@ so a branch on dist.get_rank() takes rank 0's side on every simulated rank.
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
 
@@ -91,6 +92,7 @@ def run_job(job: Job) -> int:
     p = patches.Patcher()
     status, error, code = "ok", None, 3
     ch = None
+    said = sys.stderr = LastLine(sys.stderr)  # what an argparse error said before its SystemExit
     try:
         patches.install(p, rec, rank=pg_rank, world_size=job.world_size)
         ddp.install(p)
@@ -122,7 +124,7 @@ def run_job(job: Job) -> int:
                 job.program.run()
     except SystemExit as e:
         if e.code not in (None, 0):
-            status, error = "error", f"the program exited with status {e.code}"
+            status, error = "error", exit_line(e.code, said.line())
             traceback.print_exc()
     except BaseException as e:  # the program's own failure: recorded, reported as one line,
         from tracer.capture.channel import PeerRecordedAgain
@@ -139,6 +141,7 @@ def run_job(job: Job) -> int:
                 status, error = "error", f"needs real compute: {error}"
                 code = NEEDS_REAL_COMPUTE
     finally:
+        sys.stderr = said.stream
         if ch is not None:
             from tracer.capture.channel import NEEDS_REAL
 
@@ -159,6 +162,40 @@ def run_job(job: Job) -> int:
                 pass
         p.undo()
     return 0 if status == "ok" else code
+
+
+def exit_line(code: object, last: str) -> str:
+    """'the program exited with status 2: train.py: error: unrecognized arguments: --bogus': the
+    status of a SystemExit and the last line the program wrote to stderr before it (argparse's
+    message); `sys.exit("why")` exits with status 1 and says why itself."""
+    if not isinstance(code, int):
+        code, last = 1, str(code).strip().splitlines()[-1] if str(code).strip() else last
+    text = f"the program exited with status {code}"
+    return f"{text}: {last[:300]}" if last else text
+
+
+class LastLine:
+    """sys.stderr that remembers the last non-blank line written through it (everything still goes
+    to the stream: the rank's log)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self._last = ""
+        self._open = ""  # the line being written, not ended yet
+
+    def write(self, text: str) -> int:
+        lines = (self._open + text).split("\n")
+        self._open = lines[-1][-1000:]
+        ended = [line.strip() for line in lines[:-1] if line.strip()]
+        if ended:
+            self._last = ended[-1][-1000:]
+        return self.stream.write(text)
+
+    def line(self) -> str:
+        return self._open.strip() or self._last
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 def one_line_error(e: BaseException, rec) -> str:

@@ -10,12 +10,14 @@ import os
 import re
 
 from traceformat.golden import examples, golden_path, matched, write_golden
+from traceformat.output import cannot_write
 from traceformat.ranks import parse_ranks
 from tracer import config as config_mod
 from tracer.modes import ALIASES
 from tracer.record.pipeline import record
 from tracer.record.program import Program
 from tracer.record.request import RecordRequest
+from tracer.record.result import failure_lines
 
 DEFAULT_SCRIPT_WORLD_SIZE = 4
 _WORLD_SIZE_IN_DOC = re.compile(r"--world-size\s+(\d+)")
@@ -50,7 +52,7 @@ def record_example(path: str, out: str, root: str) -> None:
         )
     res = record(request)
     if res.errors:
-        raise ValueError(f"{path}: {next(iter(res.errors.values()))}")
+        raise ValueError(f"{path}: {failure_lines(res.failures)[0]}")
 
 
 def record_all(examples_dir: str, work_dir: str, only: set[str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
@@ -71,10 +73,15 @@ def record_all(examples_dir: str, work_dir: str, only: set[str] | None = None) -
 
 
 def update(examples_dir: str, traces_dir: str, traces: dict[str, str]) -> list[str]:
-    """Rewrite traces_dir/<name>.trace from each recorded (or given) trace; the paths written."""
+    """Rewrite traces_dir/<name>.trace from each recorded (or given) trace; the paths written.
+    An OSError writing one (a read-only traces/, no space) is an OutputError naming it."""
     root = os.path.dirname(os.path.abspath(examples_dir))
     written = []
     for name, trace in matched(examples_dir, traces):
-        written.append(golden_path(traces_dir, name))
-        write_golden(trace, written[-1], root)
+        path = golden_path(traces_dir, name)
+        try:
+            write_golden(trace, path, root)
+        except OSError as e:
+            raise cannot_write(path, e, "golden") from None
+        written.append(path)
     return written

@@ -9,7 +9,9 @@ recorded again with real compute. Ranks exchange the values of object collective
 a channel folder in the parts folder (tracer/capture/channel.py).
 
 The stages, in order (record): plan the jobs, run them, verify the shared ranks (and record in
-full what did not verify), record again what needs real compute, merge, and the result.
+full what did not verify), record again what needs real compute, merge, and the result. A
+recording where some asked rank failed never replaces a trace already at OUT: it is merged
+beside it (result.failed_path). An OSError writing the trace is one line (OutputError).
 """
 
 from __future__ import annotations
@@ -23,17 +25,18 @@ import time
 
 from traceformat import parts as trace_parts
 from traceformat.format import TraceData
+from traceformat.output import OutputError, cannot_write, refuse_inputs
 from traceformat.parts import PARTS_GLOB, part_path
 from traceformat.ranks import ranks_text
 from traceformat.workers import cpu_count
 from tracer import executors
 from tracer.capture import channel
 from tracer.executors.outcome import Ending, Outcome
-from tracer.executors.shared import log_path, read_peaks
+from tracer.executors.shared import last_line, log_path, read_peaks
 from tracer.modes.run import Job
 from tracer.record import sharing
 from tracer.record.request import RecordRequest
-from tracer.record.result import Interrupted, RecordResult
+from tracer.record.result import Interrupted, RankFailure, RecordResult, failed_path
 
 
 def record(request: RecordRequest) -> RecordResult:
@@ -59,7 +62,10 @@ class _Recording:
         self.ranks = request.asked
         self.parts_dir = request.parts_dir
         shutil.rmtree(self.parts_dir, ignore_errors=True)
-        os.makedirs(self.parts_dir)
+        try:
+            os.makedirs(self.parts_dir)
+        except OSError as e:
+            raise cannot_write(self.parts_dir, e) from None
         self.workers = self._workers()
         self.template = Job(
             ranks=[],
@@ -167,7 +173,20 @@ class _Recording:
         if self.derived:
             header["derived"] = sharing.header_entry(req.share, self.derived)  # type: ignore[arg-type]  # derived: share given
         parts = [p for p in asked if not isinstance(p, str) or os.path.exists(p)]
-        return trace_parts.merge(parts, req.out, header) if parts else None  # atomic: all or nothing
+        result.path = req.out
+        if self._failed() and os.path.isfile(req.out):  # a trace is there: the failed run does not replace it
+            result.path = failed_path(req.out)
+            refuse_inputs(result.path, [req.program.script, req.config.get("config_file")])
+        try:
+            return trace_parts.merge(parts, result.path, header) if parts else None  # atomic: all or nothing
+        except OSError as e:  # no space, a read-only mount: what the ranks recorded stays in their parts
+            kept = f"; the ranks' parts are kept in {self.parts_dir}/ (tracer merge {self.parts_dir} -o OTHER.trace)"
+            raise OutputError(f"{cannot_write(result.path, e)}{kept}") from None
+
+    def _failed(self) -> bool:
+        """Whether some asked rank did not finish cleanly (finish() says how)."""
+        asked = set(self.ranks)
+        return any(not o.finished for job, o in zip(self.todo, self.outcomes) if asked.intersection(job.ranks))
 
     def finish(self, summary: TraceData | None) -> RecordResult:
         """Events and errors per asked rank; the parts folder removed when every rank recorded."""
@@ -186,7 +205,13 @@ class _Recording:
                 if end and end["status"] == "ok":
                     continue
                 why = end["error"] if end and end["status"] == "error" else outcome.why(req.timeout)
+                if outcome.ending is Ending.EXITED and last_line(log_path(job)):  # os._exit(1) after a message
+                    why = f"{why}: {last_line(log_path(job))}"
                 result.errors[r] = f"rank {r}: {why} (log: {log_path(job)})"
+                result.failures[r] = RankFailure(rank=r, why=why, log=log_path(job), ended=_ended(self.parts_dir, r))
+        if result.written and not result.errors and result.path != req.out:  # every end record ok after all
+            os.replace(result.path, req.out)
+            result.path = req.out
         result.seconds = time.perf_counter() - self.start
         shutil.rmtree(channel.channel_dir(self.parts_dir), ignore_errors=True)
         for p in self.present:
@@ -208,6 +233,14 @@ class _Recording:
             f"{len(present)} of {len(self.ranks)} rank(s) recorded ({size:,} bytes) in {parts_dir}/ "
             f"({old}); join them with: tracer merge {parts_dir} -o {out}",
         )
+
+
+def _ended(parts_dir: str, rank: int) -> float:
+    """When the rank's process last wrote its part (its end record, or its last event)."""
+    try:
+        return os.path.getmtime(part_path(parts_dir, rank))
+    except OSError:
+        return float("inf")
 
 
 def _helpers_note(extra: list[int]) -> str:

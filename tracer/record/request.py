@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 
 from traceformat.format import Mode
-from traceformat.output import OutputError, refuse_inputs, writable
+from traceformat.output import OutputError, parts_folder, probe, refuse_inputs
 from tracer.executors import EXECUTORS
 from tracer.record.program import Program
 from tracer.record.sharing import SharePlan
@@ -59,7 +59,7 @@ class RecordRequest:
 
     @property
     def parts_dir(self) -> str:
-        return self.out + ".parts"
+        return parts_folder(self.out)
 
     def check(self) -> None:
         """Everything the recording needs, checked before any process starts (ValueError, one line)."""
@@ -102,11 +102,11 @@ def check_numbers(
 
 def check_output(out: str, program: Program, config_file: str | None = None) -> None:
     """The trace, and the parts folder the ranks stream into (emptied first), never hold the
-    program or its config (OutputError, one line)."""
+    program or its config, and can be written (OutputError, one line)."""
     inputs = [program.script, config_file]
     refuse_inputs(out, inputs)
-    writable(out)
-    parts_dir = out + ".parts"
+    probe(out)
+    parts_dir = parts_folder(out)
     for given in inputs:
         if (
             given is not None

@@ -1,9 +1,18 @@
-"""What a recording gives back (RecordResult), and how an interrupted one says what it kept."""
+"""What a recording gives back (RecordResult), how an interrupted one says what it kept, and
+the verdict on the ranks that failed (failure_lines).
+
+A recording where ranks failed never replaces a trace that is already there: its partial trace
+goes beside it (failed_path: x.trace -> x.failed.trace); with no trace there yet (or a device
+such as /dev/null) it goes to the asked path itself, nothing being lost.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 from dataclasses import dataclass, field
+
+from traceformat.ranks import ranks_text
 
 
 class Interrupted(KeyboardInterrupt):
@@ -15,16 +24,68 @@ class Interrupted(KeyboardInterrupt):
         self.message = message
 
 
+def failed_path(out: str) -> str:
+    """Where a failed recording's partial trace goes when `out` holds a trace: x.trace -> x.failed.trace."""
+    root, ext = os.path.splitext(out)
+    return f"{root}.failed{ext}" if ext else f"{out}.failed"
+
+
+@dataclass(frozen=True, slots=True)
+class RankFailure:
+    """One asked rank that did not finish cleanly."""
+
+    rank: int
+    """The rank."""
+    why: str
+    """One line: the program's error, its exit status and last words, the signal, the timeout."""
+    log: str
+    """The rank's log (its stdout, stderr and traceback)."""
+    ended: float
+    """When it stopped writing (its part's mtime; inf when unknown): the earliest failure is
+    the one to show."""
+
+    @property
+    def caused_by_peer(self) -> bool:
+        """It failed waiting for a message from a rank that had failed or finished (a
+        consequence, not the cause: tracer/capture/channel.py's ChannelError)."""
+        return self.why.startswith("ChannelError:")
+
+
+def failure_lines(failures: dict[int, RankFailure]) -> list[str]:
+    """The verdict on the failed ranks, at most two lines: the first real error (not one caused
+    by another rank's death; the earliest; the lowest rank) with every rank that failed the same
+    way, then how many others failed otherwise."""
+    if not failures:
+        return []
+    first = min(failures.values(), key=lambda f: (f.caused_by_peer, f.ended, f.rank))
+    same = sorted(r for r, f in failures.items() if f.why == first.why)
+    logs = sorted({failures[r].log for r in same})
+    where = f"log: {logs[0]}" if len(logs) == 1 else f"logs: {logs[0]} and {len(logs) - 1} more"
+    who = f"rank {same[0]}" if len(same) == 1 else f"ranks {ranks_text(same)}"
+    lines = [f"{who}: {first.why} ({where})"]
+    rest = sorted(set(failures) - set(same))
+    if rest:
+        why = (
+            "waiting for a rank that stopped"
+            if all(failures[r].caused_by_peer for r in rest)
+            else "other reasons: see their logs"
+        )
+        lines.append(f"{len(rest)} more rank{'s' if len(rest) > 1 else ''} failed: {ranks_text(rest)} ({why})")
+    return lines
+
+
 @dataclass(kw_only=True, slots=True)
 class RecordResult:
     out: str
-    """Path of the merged trace."""
+    """The trace asked for."""
     ranks: list[int]
     """Ranks recorded."""
     n_events: dict[int, int] = field(default_factory=dict)
     """Events per rank."""
     errors: dict[int, str] = field(default_factory=dict)
-    """One line per rank that did not finish cleanly."""
+    """One line per rank that did not finish cleanly ("rank 2: why (log: ...)")."""
+    failures: dict[int, RankFailure] = field(default_factory=dict)
+    """The same ranks, each with its reason, log and time (failure_lines says them)."""
     seconds: float = 0.0
     """Wall time of the recording."""
     compute: dict[int, str] = field(default_factory=dict)
@@ -35,6 +96,9 @@ class RecordResult:
     """Peak resident memory of each recording process, bytes, by the first rank it recorded
     (its own high-water mark, measured by the process itself: executors.shared.own_peak_bytes)."""
     written: bool = False
-    """Whether `out` was written (False when no rank recorded anything: the old file stays)."""
+    """Whether a trace was written (False when no rank recorded anything: the old file stays)."""
+    path: str = ""
+    """Where it was written: `out`, or failed_path(out) when ranks failed and `out` held a
+    trace (kept as it was)."""
     derived: dict[int, int] = field(default_factory=dict)
     """Ranks derived by relabelling (not recorded), each with the rank it was derived from."""

@@ -28,6 +28,7 @@ from traceformat import format as fmt
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
 from traceformat.ops import COLLECTIVE_OPS, COMM_OPS, GROUP_OPS, P2P_OPS
+from traceformat.output import parts_folder
 
 STARTUP_S = 120.0  # at most this long for the ranks to start and join, on top of --timeout
 _COMM = COMM_OPS
@@ -243,7 +244,7 @@ def replay(
         raise ReplayError(f"--backend {backend}: only gloo (CPU) is supported here")
     data = trace_reader.read_trace(trace_path)
     p = plan(data, steps=steps, prefix=prefix)
-    parts_dir = out + ".parts"
+    parts_dir = parts_folder(out)  # a temp folder for -o /dev/null
     shutil.rmtree(parts_dir, ignore_errors=True)
     os.makedirs(parts_dir)
     init = f"tcp://127.0.0.1:{_free_port()}"
