@@ -84,6 +84,7 @@ class _Recording:
         self.derived: dict[int, TraceData] = {}
         self.present: list[str] = []  # the part files on disk, removed once merged
         self.again: list[int] = []  # indexes of the jobs recorded again with real compute
+        self.fallback_why = ""  # the note on ranks recorded again with real compute: the header's compute_why
         self.result = RecordResult(out=request.out, ranks=self.ranks)
         self.start = time.perf_counter()
 
@@ -142,7 +143,7 @@ class _Recording:
         """Fake compute met a tensor value: those ranks again, computing for real."""
         self.again = [i for i, outcome in enumerate(self.outcomes) if outcome.ending is Ending.NEEDS_REAL_COMPUTE]
         if self.again:
-            _note_fallback(self.result, [self.todo[i] for i in self.again])
+            self.fallback_why = _note_fallback(self.result, [self.todo[i] for i in self.again])
             # helpers too: one that stopped for real compute is started again (with it) when awaited
             again_ranks = [r for i in self.again for r in self.todo[i].ranks]
             channel.forget_done(channel.channel_dir(self.parts_dir), again_ranks + self.helpers)
@@ -164,8 +165,7 @@ class _Recording:
             "world_size": req.world_size,
             "mode": req.mode,
             "compute": _compute_header(result.compute),
-            # the last note: the fallback's, written right after it (or the helpers', when some ran)
-            "compute_why": req.compute_why if not self.again else result.notes[-1],
+            "compute_why": self.fallback_why or req.compute_why,  # why some ranks computed for real
         }
         stopped = {r: s for r, s in _rank_status(self.todo, self.outcomes, req.timeout).items() if r in self.ranks}
         if stopped:  # only when some rank was stopped from outside: a clean header stays as it was
@@ -269,7 +269,8 @@ def _threads(workers: int, n_jobs: int) -> int:
     return max(1, cpu_count() // max(1, min(workers, n_jobs)))
 
 
-def _note_fallback(result: RecordResult, jobs: list[Job]) -> None:
+def _note_fallback(result: RecordResult, jobs: list[Job]) -> str:
+    """Note the ranks recorded again with real compute (and why); returns the note."""
     ranks = [r for j in jobs for r in j.ranks]
     why = ""
     try:  # the first rank's reason, from its part (written before the process exited)
@@ -279,10 +280,12 @@ def _note_fallback(result: RecordResult, jobs: list[Job]) -> None:
         why = (end or {}).get("error") or ""
     except Exception:
         pass
-    result.notes.append(
+    note = (
         f"fake compute: {len(ranks)} rank(s) read tensor values it does not have, recorded again "
         f"with real compute (ranks {ranks_text(ranks)}){': ' + why if why else ''}"
     )
+    result.notes.append(note)
+    return note
 
 
 def _compute_header(per_rank: dict[int, str]) -> str:
