@@ -7,22 +7,10 @@ import subprocess
 import time
 
 import pytest
-from conftest import BIN, program, stream
+from conftest import BIN, one_line_error, program, stream
+from conftest import run_tracer as run
 
 from analyzer.loader import LoadError, load
-
-
-def run(*args, cwd=None, timeout=120):
-    return subprocess.run(
-        [os.path.join(BIN, args[0]), *args[1:]], capture_output=True, text=True, cwd=cwd, timeout=timeout
-    )
-
-
-def one_line_error(proc) -> str:
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert lines, proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
 
 
 def test_missing_script(tmp_path):

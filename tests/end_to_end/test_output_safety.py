@@ -6,8 +6,8 @@ import os
 import shutil
 
 import pytest
-from conftest import REPO, program
-from test_bad_input import one_line_error, run
+from conftest import REPO, one_line_error, program
+from conftest import run_tracer as run
 
 from traceformat.output import OutputError, atomic_open, atomic_path, refuse_inputs
 
