@@ -150,7 +150,7 @@ def test_group_creation_and_mesh_ops(recorded, mode):
         ]
         half = (0, 1, 2, 3) if rank < 4 else (4, 5, 6, 7)
         assert made == [
-            ("init_process_group", "world", tuple(range(8)), True),
+            ("init_process_group", "dp_tp", tuple(range(8)), True),  # the world: the flattened mesh's group
             ("new_group", "evens", (0, 2, 4, 6), rank % 2 == 0),
             ("new_group", "odds", (1, 3, 5, 7), rank % 2 == 1),
             ("split_group", "halves", half, True),
@@ -168,7 +168,7 @@ def test_group_creation_and_mesh_ops(recorded, mode):
         assert comm == [
             ("all_reduce", "halves", half, [[3]]),
             ("all_reduce", "tp", half, [[4]]),
-            ("all_reduce", "world", tuple(range(8)), [[5]]),
+            ("all_reduce", "dp_tp", tuple(range(8)), [[5]]),
         ]
 
 

@@ -23,8 +23,9 @@ def test_fsdp2_all_gathers_and_reduce_scatters_per_unit_per_step(recorded, mode)
     path, res = recorded("fsdp", 4, mode)
     assert res.errors == {}
     t = load(path)
-    ag = lambda seq, unit, phase, step: ((AG, "world", seq, -1, "float32", [[68]], [[272]], None, 0), unit, phase, step)
-    rs = lambda seq, unit, step: ((RS, "world", seq, -1, "float32", [[272]], [[68]], "avg", 0), unit, "backward", step)
+    # the world group is the 1-D mesh's dp_shard group, and is labelled by that dim
+    ag = lambda seq, unit, phase, step: ((AG, "dp_shard", seq, -1, "float32", [[68]], [[272]], None, 0), unit, phase, step)
+    rs = lambda seq, unit, step: ((RS, "dp_shard", seq, -1, "float32", [[272]], [[68]], "avg", 0), unit, "backward", step)
     expected = []
     for step in range(2):
         s = 9 * step
@@ -73,13 +74,13 @@ def test_tensor_and_sequence_parallel(recorded, mode):
         got = [sig(e) for e in comm(t, rank)]
         root = rank == 0
         setup = [
-            ("scatter", "world", 0, 0, "float32", [[8, 16]] * 4 if root else [], [[8, 16]], None, 0),
-            ("scatter", "world", 1, 0, "float32", [[16, 8]] * 4 if root else [], [[16, 8]], None, 0),
+            ("scatter", "tp", 0, 0, "float32", [[8, 16]] * 4 if root else [], [[8, 16]], None, 0),
+            ("scatter", "tp", 1, 0, "float32", [[16, 8]] * 4 if root else [], [[16, 8]], None, 0),
         ]
         step = lambda s: [
-            (AG, "world", s, -1, "float32", [[2, 4, 16]], [[8, 4, 16]], None, 1),
-            (RS, "world", s + 1, -1, "float32", [[8, 4, 16]], [[2, 4, 16]], "sum", 1),
-            (AG, "world", s + 2, -1, "float32", [[2, 4, 16]], [[8, 4, 16]], None, 1),
+            (AG, "tp", s, -1, "float32", [[2, 4, 16]], [[8, 4, 16]], None, 1),
+            (RS, "tp", s + 1, -1, "float32", [[8, 4, 16]], [[2, 4, 16]], "sum", 1),
+            (AG, "tp", s + 2, -1, "float32", [[2, 4, 16]], [[8, 4, 16]], None, 1),
         ]
         assert got == setup + step(2) + step(5)
         phases = [e["phase"] for e in comm(t, rank)][2:]
@@ -103,7 +104,7 @@ def test_dtensor_redistribute_shard_to_replicate(recorded, mode):
         assert red["in_shapes"] == [[2, 6]] and red["dtype"] == "float32"
         (ag,) = [e for e in ev if e["op"] == AG]
         assert ag["parent"] == red["idx"]
-        assert sig(ag) == (AG, "world", 1, -1, "float32", [[2, 6]], [[8, 6]], None, 1)
+        assert sig(ag) == (AG, "tp", 1, -1, "float32", [[2, 6]], [[8, 6]], None, 1)
         (wait,) = [e for e in ev if e["op"] == "wait"]
         assert wait["ref"] == ag["idx"]
 
