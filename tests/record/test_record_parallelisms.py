@@ -24,8 +24,9 @@ def test_fsdp2_all_gathers_and_reduce_scatters_per_unit_per_step(recorded, mode)
     assert res.errors == {}
     t = load(path)
     # the world group is the 1-D mesh's dp_shard group, and is labelled by that dim
-    ag = lambda seq, unit, phase, step: ((AG, "dp_shard", seq, -1, "float32", [[68]], [[272]], None, 0), unit, phase, step)
-    rs = lambda seq, unit, step: ((RS, "dp_shard", seq, -1, "float32", [[272]], [[68]], "avg", 0), unit, "backward", step)
+    dp = "dp_shard"
+    ag = lambda seq, unit, phase, step: ((AG, dp, seq, -1, "float32", [[68]], [[272]], None, 0), unit, phase, step)
+    rs = lambda seq, unit, step: ((RS, dp, seq, -1, "float32", [[272]], [[68]], "avg", 0), unit, "backward", step)
     expected = []
     for step in range(2):
         s = 9 * step
