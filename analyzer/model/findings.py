@@ -17,6 +17,8 @@ from typing import Any
 
 ERROR = "error"
 WARNING = "warning"
+ADVICE = "advice"
+"""`analyzer lint`'s severity: the job runs correctly, a change would make it faster."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,7 +30,7 @@ class Kind:
     about: str
     """What it means, one line (README / --help material)."""
     severity: str = ERROR
-    """ERROR or WARNING."""
+    """ERROR, WARNING or ADVICE (lint: never a correctness problem)."""
     blocks: bool = False
     """After it some rank may wait forever (a skipped collective, an unmatched p2p, a deadlock
     cycle, a missing or stalled rank): `analyzer report` then runs the hang analysis."""
@@ -97,10 +99,18 @@ class Finding:
     """Which numbering `seq` is (checks.fr_numbers)."""
     fr: dict | None = None
     """On Flight Recorder dumps: the dump's own numbers of the entries (checks.fr_numbers)."""
+    module: str | None = None
+    """Lint advice: the module the advised collectives ran under (their common ancestor)."""
+    frame: str | None = None
+    """Lint advice: the user frame that issued them (the first)."""
+    per_step: int | None = None
+    """Lint advice: how many of the advised collectives one rank runs per step (the most)."""
+    seconds_per_step: float | None = None
+    """Lint advice with a cluster: the communication time per step the advice would save."""
 
     @property
     def severity(self) -> str:
-        """ERROR or WARNING: its kind's."""
+        """ERROR, WARNING or ADVICE: its kind's."""
         return self.kind.severity
 
     def to_json(self) -> dict:
@@ -137,6 +147,10 @@ class Finding:
             expected_next=self.expected_next,
             seq_numbering=self.seq_numbering,
             fr=self.fr,
+            module=self.module,
+            frame=self.frame,
+            per_step=self.per_step,
+            seconds_per_step=self.seconds_per_step,
         )
         return out
 

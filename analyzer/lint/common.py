@@ -1,0 +1,172 @@
+"""What the lint rules share: the collectives frame (with who issued each: FSDP, DTensor, the
+user), the groups' placement, the mixed-precision policy of the header, and one way to turn
+per-event rows into advice (ranks, per-step counts, module, frame, time)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.checks.common import group_table
+from analyzer.lint.options import LintOptions
+from analyzer.model.findings import Finding, Kind
+from analyzer.model.trace import Trace
+from traceformat import ops
+
+FSDP_OPS = ("all_gather_into_tensor", "reduce_scatter_tensor")
+"""FSDP2 moves parameters and gradients with these only (one flat buffer per unit), plus HSDP's
+all_reduce of the reduce-scattered shard over the replicate dim (see `collectives`)."""
+
+COLUMNS = (
+    "rank",
+    "idx",
+    "op",
+    "group",
+    "seq",
+    "step",
+    "phase",
+    "module",
+    "frame",
+    "dtype",
+    "reduce_op",
+    "in_bytes",
+    "out_bytes",
+    "async_op",
+    "parent",
+    "batch",
+)
+
+DTYPE_BYTES = {
+    "float64": 8,
+    "complex64": 8,
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+}
+"""Width of the floating dtypes a mixed-precision policy speaks of (integers are not judged)."""
+
+
+def collectives(trace: Trace, options: LintOptions) -> pl.DataFrame:
+    """Every collective of every rank, string columns as strings, plus:
+    `fsdp` (issued by FSDP2: its all-gathers / reduce-scatters, which are never issued by a
+    DTensor redistribute, and HSDP's all_reduce right after a reduce-scatter of the same unit),
+    `size` and `nodes` (members of its group, nodes they span), `seconds` (with a cost model)."""
+    e = trace.select(*COLUMNS, ops=sorted(ops.COLLECTIVE_OPS))
+    e = e.with_columns(pl.col(c).cast(pl.String) for c in ("op", "phase", "module", "frame", "dtype", "reduce_op"))
+    e = e.with_columns(pl.col("module").fill_null(""), pl.col("frame").fill_null(""))
+    prev = [pl.col(c).shift(1).over("rank", order_by="idx") for c in ("op", "module")]
+    e = e.with_columns(
+        fsdp=(pl.col("parent") < 0)
+        & (
+            pl.col("op").is_in(FSDP_OPS)
+            | (
+                (pl.col("op") == "all_reduce")
+                & (prev[0] == "reduce_scatter_tensor")
+                & (prev[1] == pl.col("module"))
+                & (pl.col("phase") == "backward")
+            )
+        )
+    )
+    e = e.join(group_places(trace, options), left_on="group", right_on="gid", how="left")
+    if options.cost is not None and e.height:
+        e = e.with_columns(seconds=options.cost(e))
+    else:
+        e = e.with_columns(seconds=pl.lit(None, dtype=pl.Float64))
+    return e
+
+
+def group_places(trace: Trace, options: LintOptions) -> pl.DataFrame:
+    """gid, label, size, nodes (how many nodes its members span under the placement)."""
+    g = trace.groups.select("gid", "label", "size", "ranks").explode("ranks")
+    g = g.with_columns(node=options.placement.node(pl.col("ranks")))
+    return g.group_by("gid", maintain_order=True).agg(
+        pl.col("label").first(), pl.col("size").first(), nodes=pl.col("node").n_unique()
+    )
+
+
+def config(trace: Trace) -> dict:
+    """The header's config snapshot ({} where none: an untrusted header is input)."""
+    c = trace.header.get("config")
+    return c if isinstance(c, dict) else {}
+
+
+def common_module(modules: list[str]) -> str:
+    """The innermost module that holds all of them ("" the root); FSDP units named "a, b" count
+    as each of their modules."""
+    names = [m for ms in modules for m in (ms.split(", ") if ms else [""])]
+    if not names:
+        return ""
+    parts = [n.split(".") if n else [] for n in names]
+    out: list[str] = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        out.append(level[0])
+    return ".".join(out)
+
+
+def summarize(rows: pl.DataFrame, keys: list[str]) -> list[dict]:
+    """Per distinct `keys`: ranks, per_step (the most calls one rank makes in one step), bytes
+    (the most bytes one rank moves in one step), seconds (the most time, None without a cost
+    model), modules, frame / gid / seq of the first event (lowest rank, program order)."""
+    if rows.is_empty():
+        return []
+    per = rows.group_by([*keys, "rank", "step"]).agg(
+        n=pl.len(), bytes=pl.col("in_bytes").clip(0).sum(), seconds=pl.col("seconds").sum()
+    )
+    per_key = per.group_by(keys).agg(
+        ranks=pl.col("rank").unique().sort(),
+        per_step=pl.col("n").max(),
+        bytes=pl.col("bytes").max(),
+        seconds=pl.col("seconds").max(),
+    )
+    first = (
+        rows.sort("rank", "idx")
+        .group_by(keys, maintain_order=True)
+        .agg(
+            gid=pl.col("group").first(),
+            seq=pl.col("seq").first(),
+            frame=pl.col("frame").first(),
+            modules=pl.col("module").unique().sort(),
+        )
+    )
+    out = first.join(per_key, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    has_cost = rows["seconds"].null_count() < rows.height
+    return [dict(r, seconds=r["seconds"] if has_cost else None) for r in out.iter_rows(named=True)]
+
+
+def advice(kind: Kind, trace: Trace, row: dict, message: str) -> Finding:
+    """A finding from one `summarize` row."""
+    groups = group_table(trace)
+    gid = row.get("gid")
+    seq = row.get("seq")
+    return Finding(
+        kind=kind,
+        message=message,
+        ranks=list(row["ranks"]),
+        culprit_ranks=list(row["ranks"]),
+        group=groups.get(gid) if gid is not None and gid >= 0 else None,
+        seq=int(seq) if seq is not None and seq >= 0 else None,
+        op=row.get("op"),
+        module=common_module(row.get("modules") or []),
+        frame=row.get("frame") or None,
+        per_step=row.get("per_step"),
+        seconds_per_step=row.get("seconds"),
+    )
+
+
+def where(row: dict) -> str:
+    """`in layers.0 at file.py:12 in f` for messages."""
+    module = common_module(row.get("modules") or [])
+    text = f"under {module}" if module else "outside any module"
+    return text + (f", at {row['frame']}" if row.get("frame") else "")
+
+
+def time_text(seconds: float | None) -> str:
+    """`, ~1.2 ms per step` with a cost model; "" without."""
+    if seconds is None:
+        return ""
+    return f" (~{seconds * 1e3:.3g} ms of communication per step)"
