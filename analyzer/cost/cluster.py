@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
+import sys
 from dataclasses import dataclass
 
 import polars as pl
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 class ClusterError(ValueError):
@@ -177,7 +182,7 @@ def from_table(table: dict, *, default_name: str = "custom", where: str = "clust
         raise ClusterError(f"{where}: missing {missing[0]!r} (or name a preset with base = ...)")
     for key, value in values.items():
         want = _FIELDS[key]
-        if want == "int" and not (type(value) is int):
+        if want == "int" and type(value) is not int:
             raise ClusterError(f"{where}: {key} must be an integer, not {value!r}")
         if want == "float":
             if type(value) not in (int, float):

@@ -98,7 +98,8 @@ CURVES: tuple[Curve, ...] = (
             673.06,
             679.61,
         ),
-        source="Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md, NCCL 2.25.1, Ring, in-place, 4 GPUs of one host",
+        source="Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md, NCCL 2.25.1, Ring, in-place, "
+        "4 GPUs of one host",
     ),
     Curve(
         preset="h100-a3mega",
@@ -115,7 +116,8 @@ CURVES: tuple[Curve, ...] = (
         nodes=1,
         sizes=(8 << 30,),
         busbw=(480.0,),
-        source="NVIDIA/nccl-tests#212 (S. Jeaugey, NVIDIA): 'On 8 GPUs, you should reach a peak busBw of ~480GB/s' (NVLS)",
+        source="NVIDIA/nccl-tests#212 (S. Jeaugey, NVIDIA): 'On 8 GPUs, you should reach a peak busBw of "
+        "~480GB/s' (NVLS)",
     ),
     Curve(
         preset="h100-dgx",
@@ -124,7 +126,8 @@ CURVES: tuple[Curve, ...] = (
         nodes=1,
         sizes=(8 << 30,),
         busbw=(370.0,),
-        source="NVIDIA/nccl-tests#212: 'NCCL can get an effective NVLink bandwidth of 370GB/s ... non-allreduce operations'",
+        source="NVIDIA/nccl-tests#212: 'NCCL can get an effective NVLink bandwidth of 370GB/s' (busbw of "
+        "non-allreduce operations)",
     ),
 )
 """Every published figure a preset is checked against (tests/analyze/test_cost_fit.py)."""
