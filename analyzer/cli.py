@@ -117,6 +117,42 @@ def check(
 
 
 @app.command()
+def lint(
+    trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
+    cluster: str = typer.Option(
+        None, "--cluster", help="A cluster preset (h100-dgx, ...) or TOML file: its placement, and each advice's time."
+    ),
+    ranks_per_node: int = typer.Option(
+        None, "--ranks-per-node", min=1, help="Ranks per node, placed consecutively (default: the cluster's, else 8)."
+    ),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when there is any advice (for CI)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the advice as JSON."),
+) -> None:
+    """Comm lint: advice (severity `advice`) on a trace that runs correctly: tp / cp / ep groups
+    across nodes, unbucketed collectives, wider dtypes than the mixed-precision policy, DTensor
+    round trips, repeated parameter all-gathers, blocking collectives in backward. Exit 0 with
+    or without advice (1 with --strict and advice), 2 bad input."""
+    from analyzer.lint import run_lint
+    from analyzer.lint.options import LintOptions, Placement, for_cluster
+
+    if cluster is not None:
+        from analyzer.cost.cluster import ClusterError, load_cluster
+
+        try:
+            options = for_cluster(load_cluster(cluster, ranks_per_node))
+        except ClusterError as e:
+            _fail(str(e))
+    elif ranks_per_node is not None:
+        options = LintOptions(placement=Placement(ranks_per_node=ranks_per_node, assumed=False))
+    else:
+        options = LintOptions()
+    t = _load(trace)
+    linted = run_lint(t, options)
+    _render(json_out, "advice", t, linted.findings, linted.notes, options.cluster)
+    raise typer.Exit(1 if strict and linted.findings else 0)
+
+
+@app.command()
 def hang(
     trace: str = typer.Argument(..., help="A trace (dry run or killed run) or a folder of parts / FR dumps."),
     expected: str = typer.Option(

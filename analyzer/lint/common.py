@@ -79,11 +79,16 @@ def collectives(trace: Trace, options: LintOptions) -> pl.DataFrame:
 
 
 def group_places(trace: Trace, options: LintOptions) -> pl.DataFrame:
-    """gid, label, size, nodes (how many nodes its members span under the placement)."""
-    g = trace.groups.select("gid", "label", "size", "ranks").explode("ranks")
+    """gid, label, size, nodes (how many nodes its members span under the placement), per_node
+    (the most members on one node)."""
+    g = trace.groups.select("gid", "label", "size", "ranks").explode("ranks").drop_nulls("ranks")
     g = g.with_columns(node=options.placement.node(pl.col("ranks")))
-    return g.group_by("gid", maintain_order=True).agg(
-        pl.col("label").first(), pl.col("size").first(), nodes=pl.col("node").n_unique()
+    per = g.group_by("gid", "node").agg(pl.col("label").first(), pl.col("size").first(), k=pl.len())
+    return per.group_by("gid").agg(
+        pl.col("label").first(),
+        pl.col("size").first().cast(pl.Int64),
+        nodes=pl.len().cast(pl.Int64),
+        per_node=pl.col("k").max().cast(pl.Int64),
     )
 
 
@@ -123,15 +128,11 @@ def summarize(rows: pl.DataFrame, keys: list[str]) -> list[dict]:
         bytes=pl.col("bytes").max(),
         seconds=pl.col("seconds").max(),
     )
+    firsts = {"gid": pl.col("group").first(), "seq": pl.col("seq").first(), "frame": pl.col("frame").first()}
     first = (
         rows.sort("rank", "idx")
         .group_by(keys, maintain_order=True)
-        .agg(
-            gid=pl.col("group").first(),
-            seq=pl.col("seq").first(),
-            frame=pl.col("frame").first(),
-            modules=pl.col("module").unique().sort(),
-        )
+        .agg(modules=pl.col("module").unique().sort(), **{k: x for k, x in firsts.items() if k not in keys})
     )
     out = first.join(per_key, on=keys, how="left", nulls_equal=True, maintain_order="left")
     has_cost = rows["seconds"].null_count() < rows.height
@@ -159,14 +160,15 @@ def advice(kind: Kind, trace: Trace, row: dict, message: str) -> Finding:
 
 
 def where(row: dict) -> str:
-    """`in layers.0 at file.py:12 in f` for messages."""
+    """`under layers.0, first at file.py:12 in f` for messages."""
+    modules = [m for m in row.get("modules") or [] if m]
     module = common_module(row.get("modules") or [])
-    text = f"under {module}" if module else "outside any module"
-    return text + (f", at {row['frame']}" if row.get("frame") else "")
+    text = f"under {module}" if module else "in several modules" if modules else "outside any module"
+    return text + (f", first at {row['frame']}" if row.get("frame") else "")
 
 
-def time_text(seconds: float | None) -> str:
-    """`, ~1.2 ms per step` with a cost model; "" without."""
+def time_text(seconds: float | None, what: str = "") -> str:
+    """` (~1.2 ms of communication per step)` with a cost model; "" without."""
     if seconds is None:
         return ""
-    return f" (~{seconds * 1e3:.3g} ms of communication per step)"
+    return f" (~{seconds * 1e3:.3g} ms of communication per step{' ' + what if what else ''})"

@@ -32,7 +32,7 @@ def tight(label: pl.Expr) -> pl.Expr:
 def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     rows = comm.filter(tight(pl.col("label")) & (pl.col("nodes") > 1) & (pl.col("size") > 1))
     if options.cost is not None and rows.height:
-        inside = options.cost(rows.with_columns(nodes=pl.lit(1, dtype=pl.UInt32)))
+        inside = options.cost(rows.with_columns(nodes=pl.lit(1, dtype=pl.Int64), per_node=pl.col("size")))
         rows = rows.with_columns(seconds=(pl.col("seconds") - inside).clip(0))
     out = Linted()
     for r in summarize(rows, ["label"]):
@@ -44,7 +44,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
                 r,
                 f"{r['label']} groups span up to {spans} nodes {options.placement.spell()}: "
                 f"{r['per_step']} collectives per step per rank cross the inter-node links"
-                f"{time_text(r['seconds'])}, first {where(r)}; keep {r['label']} inside a node "
+                f"{time_text(r['seconds'], 'more than inside one node')}, {where(r)}; keep {r['label']} inside a node "
                 f"(its degree at most the GPUs per node, and the innermost mesh dim so its ranks are consecutive)",
             )
         )

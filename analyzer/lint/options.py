@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from analyzer.cost.cluster import ClusterSpec
+from analyzer.cost.model import seconds_expr
 from analyzer.model.findings import Finding
 
 DEFAULT_RANKS_PER_NODE = 8
@@ -36,12 +38,13 @@ class Placement:
         if self.node_of is not None:
             return "under the cluster's placement"
         how = "assumed: pass --cluster or --ranks-per-node" if self.assumed else "as given"
-        return f"with {self.ranks_per_node} consecutive ranks per node ({how})"
+        per = f"{self.ranks_per_node} consecutive ranks" if self.ranks_per_node > 1 else "1 rank"
+        return f"with {per} per node ({how})"
 
 
 CostFn = Callable[[pl.DataFrame], pl.Series]
 """A cost model: a frame of collectives (op, in_bytes, out_bytes, size: members, nodes: nodes the
-group spans) -> seconds per row."""
+group spans, per_node: most members on one node) -> seconds per row."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -66,3 +69,21 @@ class Linted:
     def extend(self, other: Linted) -> None:
         self.findings.extend(other.findings)
         self.notes.extend(other.notes)
+
+
+def for_cluster(cluster: ClusterSpec) -> LintOptions:
+    """Lint on a named cluster: its placement, and its cost model (analyzer.cost.model) for the
+    time each advice costs per step."""
+    seconds, _ = seconds_expr(cluster)
+
+    def cost(frame: pl.DataFrame) -> pl.Series:
+        return frame.select(
+            pl.col("op"),
+            bytes=pl.max_horizontal("in_bytes", "out_bytes").clip(lower_bound=0),
+            n=pl.col("size"),
+            nodes=pl.col("nodes"),
+            per_node=pl.col("per_node"),
+        ).select(seconds)["seconds"]
+
+    placement = Placement(ranks_per_node=cluster.per_node, assumed=False)
+    return LintOptions(placement=placement, cost=cost, cluster=cluster.name)

@@ -171,6 +171,24 @@ def findings(console: Console, trace: Trace, found: list, notes: Sequence[str] =
     _text_table(console, Table(show_lines=True), columns, rows, compact)
 
 
+def advice(console: Console, trace: Trace, found: list, notes: Sequence[str] = (), cluster: str | None = None) -> None:
+    """`analyzer lint`: each advice with its ranks, module, frame and (on a cluster) its time."""
+    trace_header(console, trace, notes)
+    if not found:
+        console.print("[bold green]✓ no advice[/]" + (f" on {escape(cluster)}" if cluster else ""))
+        return
+    console.print(f"[bold yellow]{len(found)} advice[/]" + (f" on {escape(cluster)}" if cluster else ""))
+    for f in found:
+        head = [f"[bold]{f.kind.name}[/]", escape(group_text(f.group)), f"ranks {escape(ranks_text(f.ranks))}"]
+        if f.seconds_per_step is not None:
+            head.append(f"~{f.seconds_per_step * 1e3:.3g} ms/step")
+        console.print(" · ".join(head))
+        console.print(Padding(escape(f.message), (0, 0, 0, 2)))
+        if f.module or f.frame:
+            where = " · ".join(x for x in (f"module {f.module}" if f.module else "", f.frame or "") if x)
+            console.print(Padding(f"[dim]{escape(where)}[/]", (0, 0, 0, 2)))
+
+
 def _detail(f) -> str:
     """A finding's message, what the majority did and the culprits' frames (rich markup)."""
     detail = [escape(f.message)]

@@ -51,6 +51,24 @@ def findings(trace: Trace, found: list, notes: Sequence[str] = ()) -> None:
     sys.stdout.write("\n")
 
 
+def advice(trace: Trace, found: list, notes: Sequence[str] = (), cluster: str | None = None) -> None:
+    """`analyzer lint --json`: the findings contract, severity advice; `cluster` the one priced on."""
+    counts: dict[str, int] = {}
+    for f in found:
+        counts[f.kind.name] = counts.get(f.kind.name, 0) + 1
+    json.dump(
+        {
+            "findings": [f.to_json() for f in found],
+            "counts": counts,
+            "cluster": cluster,
+            "trace": trace_info(trace, notes),
+        },
+        sys.stdout,
+        indent=1,
+    )
+    sys.stdout.write("\n")
+
+
 def hang(trace: Trace, report, frontier: list[dict]) -> None:
     out = {
         "findings": [f.to_json() for f in report.findings],
