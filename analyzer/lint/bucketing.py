@@ -64,7 +64,8 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
                 f"{r['per_step']} separate {r['op']} calls ({r['dtype']}) per step on {r['label']} in "
                 f"{r['phase']}, {r['bytes'] / r['per_step'] / 1024:.1f} KiB each on average, {where(r)}"
                 f"{time_text(r['seconds'])}: bucket them ({buckets} call{'s' if buckets > 1 else ''} of at most "
-                f"{BUCKET_BYTES >> 20} MiB: flatten into one buffer, dist._coalescing_manager, or let DDP / FSDP reduce)",
+                f"{BUCKET_BYTES >> 20} MiB: flatten into one buffer, dist._coalescing_manager, "
+                "or let DDP / FSDP reduce)",
             )
         )
     return out

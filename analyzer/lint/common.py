@@ -53,7 +53,8 @@ def collectives(trace: Trace, options: LintOptions) -> pl.DataFrame:
     """Every collective of every rank, string columns as strings, plus:
     `fsdp` (issued by FSDP2: its all-gathers / reduce-scatters, which are never issued by a
     DTensor redistribute, and HSDP's all_reduce right after a reduce-scatter of the same unit),
-    `size` and `nodes` (members of its group, nodes they span), `seconds` (with a cost model)."""
+    `size` and `nodes` (members of its group, nodes they span), `seconds` (with a cost model);
+    `step` -1 for set-up (before the rank's first collective in forward or backward)."""
     e = trace.select(*COLUMNS, ops=sorted(ops.COLLECTIVE_OPS))
     e = e.with_columns(pl.col(c).cast(pl.String) for c in ("op", "phase", "module", "frame", "dtype", "reduce_op"))
     e = e.with_columns(pl.col("module").fill_null(""), pl.col("frame").fill_null(""))
@@ -70,6 +71,10 @@ def collectives(trace: Trace, options: LintOptions) -> pl.DataFrame:
             )
         )
     )
+    # set-up (a model's parameters broadcast or scattered before training) is in no step: its
+    # collectives, before the rank's first collective in forward or backward, get step -1
+    started = pl.col("idx").filter(pl.col("phase").is_in(["forward", "backward"])).min().over("rank")
+    e = e.with_columns(step=pl.when(pl.col("idx") < started.fill_null(-1)).then(-1).otherwise(pl.col("step")))
     e = e.join(group_places(trace, options), left_on="group", right_on="gid", how="left")
     if options.cost is not None and e.height:
         e = e.with_columns(seconds=options.cost(e))

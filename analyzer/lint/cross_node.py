@@ -36,7 +36,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
         rows = rows.with_columns(seconds=(pl.col("seconds") - inside).clip(0))
     out = Linted()
     for r in summarize(rows, ["label"]):
-        spans = comm.filter(pl.col("label") == r["label"])["nodes"].max()
+        spans = comm.filter(pl.col("label") == r["label"]).select(pl.col("nodes").max()).item()
         out.findings.append(
             advice(
                 CROSS_NODE_GROUP,

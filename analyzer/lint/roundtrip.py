@@ -89,7 +89,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
         pairs_per_step = first.filter(
             (pl.col("src") == r["src"]) & (pl.col("dst") == r["dst"]) & (pl.col("frame") == r["frame"])
         )
-        n = pairs_per_step.group_by("rank", "step").len()["len"].max()
+        n = pairs_per_step.group_by("rank", "step").len().select(pl.col("len").max()).item()
         out.findings.append(
             advice(
                 REDISTRIBUTE_ROUNDTRIP,
@@ -105,5 +105,5 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
 
 
 def _spell(placements: str) -> str:
-    """"['S(0)']" -> [S(0)]."""
+    """ "['S(0)']" -> [S(0)]."""
     return placements.replace("'", "")
