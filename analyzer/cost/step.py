@@ -36,7 +36,8 @@ class StepCost:
     cluster: ClusterSpec
     """The cluster priced on."""
     steps: int
-    """Steps the per-step figures average over (distinct `step` values with communication)."""
+    """Steps the per-step figures average over (distinct `step` values with forward / backward
+    communication)."""
     table: pl.DataFrame
     """class, ranks (text), group (mesh dim label), size, nodes, op, phase, algo, calls, bytes,
     seconds, overlappable (seconds that can hide behind compute), all per step and per rank."""
@@ -78,7 +79,7 @@ def step_cost(trace: Trace, cluster: ClusterSpec) -> StepCost:
         total_bytes=pl.col("bytes") * pl.col("calls"),
         total_seconds=pl.col("seconds") * pl.col("calls"),
     )
-    steps = max(int(agg["step"].n_unique()) if agg.height else 0, 1)
+    steps = _steps(agg)
     per_rank = (
         agg.group_by("rank", "label", "n", "nodes", "op", "phase", "algo")
         .agg(
@@ -120,6 +121,14 @@ def step_cost(trace: Trace, cluster: ClusterSpec) -> StepCost:
         .sort("class", "step")
     )
     return StepCost(cluster=cluster, steps=steps, table=table, classes=classes, per_step=per_step)
+
+
+def _steps(agg: pl.DataFrame) -> int:
+    """Training steps: distinct `step` values with forward / backward communication (what runs
+    after the last optimizer step, a final loss all_reduce, is not a step of its own); any
+    communication where no phase is known."""
+    train = agg.filter(pl.col("phase").is_in(["forward", "backward"]))
+    return max(int((train if train.height else agg)["step"].n_unique()), 1)
 
 
 def _overlap(trace: Trace, ev: pl.DataFrame, pats: pl.DataFrame) -> pl.DataFrame:
