@@ -97,6 +97,43 @@ def summary(
 
 
 @app.command()
+def cost(
+    traces: list[str] = typer.Argument(..., help="One trace, or several to compare side by side (what-if)."),
+    cluster: list[str] = typer.Option(
+        ["h100-dgx"],
+        "--cluster",
+        help="A preset (h100-dgx, h200-dgx, a100-dgx, gb200-nvl72, h100-a3mega) or a TOML file; "
+        "repeat to compare clusters.",
+    ),
+    ranks_per_node: int | None = typer.Option(
+        None, "--ranks-per-node", help="Ranks placed on each node (consecutive, as torchrun); default: GPUs per node."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Communication time per step on a cluster: per rank class, mesh dim x op x phase, serial
+    and exposed (what cannot overlap with compute). Several traces or --cluster options: side by
+    side. The model and its calibration: docs/cost-model.md."""
+    from analyzer.cost.cluster import ClusterError, load_cluster
+    from analyzer.cost.step import step_cost
+    from analyzer.render import cost as render
+
+    try:
+        specs = [load_cluster(c, ranks_per_node) for c in cluster]
+    except ClusterError as e:
+        _fail(str(e))
+    loaded = [(path, _load(path)) for path in traces]
+    runs = [
+        render.Run(trace=path, world_size=t.world_size, cost=step_cost(t, spec)) for path, t in loaded for spec in specs
+    ]
+    if json_out:
+        render.print_json(runs)
+    else:
+        from rich.console import Console
+
+        render.console(Console(), runs)
+
+
+@app.command()
 def check(
     trace: str = typer.Argument(..., help="A .trace file or a folder of per-rank parts."),
     eager_bytes: int = typer.Option(

@@ -152,6 +152,29 @@ def analysis(work: str, quick: bool) -> None:
     os.remove(hung)
 
 
+def costing(work: str, quick: bool, size: str = "") -> None:
+    """analyzer cost against analyzer summary on the same synthetic FSDP x TP trace (the issue's
+    goal: within 2x). `size` RANKSxEVENTS overrides the size (82 M events: 16384x5000)."""
+    ranks, events = (4096, 1000) if quick else (16384, 5000)
+    if size:
+        ranks, events = (int(x) for x in size.split("x"))
+    path = os.path.join(work, "cost.trace")
+    generate(path, ranks, events, verbose=False)
+    s = run("analyzer", "summary", path, "--json")
+    c = run("analyzer", "cost", path, "--cluster", "h100-dgx", "--json")
+    runs = _out(c).get("runs", [])
+    ok = c.code == 0 and len(runs) == 1 and runs[0]["steps"] > 0
+    ratio = c.wall / s.wall if s.wall else float("inf")
+    row(
+        f"analyzer cost vs summary, {ranks:,} ranks x {events:,} events",
+        f"cost {c.wall:.1f} s, {c.peak_gib:.2f} GiB; summary {s.wall:.1f} s, {s.peak_gib:.2f} GiB: {ratio:.2f}x",
+        "<= 2x summary's time",
+        "priced every collective" if ok else f"FAILED (exit {c.code}): {c.stderr.strip()[-200:]}",
+        ok and ratio <= 2 and s.code == 0,
+    )
+    os.remove(path)
+
+
 def diffing(work: str, quick: bool) -> None:
     a, b = os.path.join(work, "a.trace"), os.path.join(work, "b.trace")
     d_ranks, d_events = (4096, 250) if quick else (4096, 5000)
@@ -319,6 +342,7 @@ def steps(work: str, quick: bool) -> dict:
         "overhead": lambda: overhead(quick),
         "analysis": lambda: analysis(work, quick),
         "diff": lambda: diffing(work, quick),
+        "cost": lambda: costing(work, quick, os.environ.get("COMMTRACE_COST_SIZE", "")),
         "pp-check-1f1b": lambda: pipeline_check(work, quick, "1f1b"),
         "pp-check-interleaved": lambda: pipeline_check(work, quick, "interleaved"),
         "pp-hang": lambda: pipeline_hang(work, quick),

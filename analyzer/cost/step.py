@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from analyzer.cost.cluster import ClusterSpec
@@ -36,7 +37,8 @@ class StepCost:
     cluster: ClusterSpec
     """The cluster priced on."""
     steps: int
-    """Steps the per-step figures average over (distinct `step` values with communication)."""
+    """Steps the per-step figures average over (distinct `step` values with forward / backward
+    communication)."""
     table: pl.DataFrame
     """class, ranks (text), group (mesh dim label), size, nodes, op, phase, algo, calls, bytes,
     seconds, overlappable (seconds that can hide behind compute), all per step and per rank."""
@@ -70,22 +72,27 @@ def priced_patterns(trace: Trace, cluster: ClusterSpec) -> pl.DataFrame:
 def step_cost(trace: Trace, cluster: ClusterSpec) -> StepCost:
     pats = priced_patterns(trace, cluster)
     ev = trace.with_codes(trace.stream.select("rank", "idx", "code", "step"), pats)
-    ev = _overlap(trace, ev, pats)
-    # one group-by over events; everything after runs on these aggregates
-    agg = ev.group_by("rank", "code", "step", "hidden").agg(calls=pl.len().cast(pl.Int64))
-    info = pats.select("code", "label", "op", "phase", "algo", "n", "nodes", "bytes", "seconds")
-    agg = agg.join(info, on="code", how="left").with_columns(
-        total_bytes=pl.col("bytes") * pl.col("calls"),
-        total_seconds=pl.col("seconds") * pl.col("calls"),
+    hidden = _hidden(trace, ev, pats)
+    codes = ev["code"].to_numpy()
+    # per pattern: calls and hidden calls, one bincount each (codes are global: a pattern is a rank's)
+    size = trace.patterns.height
+    counts = pl.DataFrame(
+        {
+            "code": np.arange(size, dtype=np.int32),
+            "calls": np.bincount(codes, minlength=size).astype(np.int64),
+            "hidden_calls": np.bincount(codes[hidden], minlength=size).astype(np.int64),
+        }
     )
-    steps = max(int(agg["step"].n_unique()) if agg.height else 0, 1)
+    info = pats.select("code", "rank", "label", "op", "phase", "algo", "n", "nodes", "bytes", "seconds")
+    agg = info.join(counts, on="code", how="left").filter(pl.col("calls") > 0)
+    steps = _steps(trace, ev, pats)
     per_rank = (
         agg.group_by("rank", "label", "n", "nodes", "op", "phase", "algo")
         .agg(
             calls=pl.col("calls").sum(),
-            bytes=pl.col("total_bytes").sum(),
-            seconds=pl.col("total_seconds").sum(),
-            overlappable=pl.col("total_seconds").filter(pl.col("hidden")).sum(),
+            bytes=(pl.col("bytes") * pl.col("calls")).sum(),
+            seconds=(pl.col("seconds") * pl.col("calls")).sum(),
+            overlappable=(pl.col("seconds") * pl.col("hidden_calls")).sum(),
         )
         .sort("rank", "label", "op", "phase")
     )
@@ -110,49 +117,69 @@ def step_cost(trace: Trace, cluster: ClusterSpec) -> StepCost:
         .with_columns(exposed=pl.col("serial") - pl.col("overlappable"))
         .sort("class")
     )
+    # per step: only the classes' first ranks (a handful of streams, not every event)
+    mine = ev.with_columns(hidden=pl.Series(hidden)).filter(pl.col("rank").is_in(first["rank"].implode()))
     per_step = (
-        agg.join(first, on="rank")
+        mine.join(pats.select("code", "seconds"), on="code", how="left")
+        .join(first.select("rank", "class"), on="rank")
         .group_by("class", "step")
-        .agg(
-            serial=pl.col("total_seconds").sum(),
-            exposed=pl.col("total_seconds").filter(~pl.col("hidden")).sum(),
-        )
+        .agg(serial=pl.col("seconds").sum(), exposed=pl.col("seconds").filter(~pl.col("hidden")).sum())
         .sort("class", "step")
     )
     return StepCost(cluster=cluster, steps=steps, table=table, classes=classes, per_step=per_step)
 
 
-def _overlap(trace: Trace, ev: pl.DataFrame, pats: pl.DataFrame) -> pl.DataFrame:
-    """`ev` plus `hidden`: whether the event can overlap with compute (the module docstring)."""
-    kind = pats.select(
+def _steps(trace: Trace, ev: pl.DataFrame, pats: pl.DataFrame) -> int:
+    """Training steps: distinct `step` values with forward / backward communication (what runs
+    after the last optimizer step, a final loss all_reduce, is not a step of its own); any
+    communication where no phase is known."""
+    train = trace.with_codes(ev.select("code", "step"), pats.filter(pl.col("phase").is_in(["forward", "backward"])))
+    return max(int((train if train.height else ev)["step"].n_unique()), 1)
+
+
+def _hidden(trace: Trace, ev: pl.DataFrame, pats: pl.DataFrame) -> np.ndarray:
+    """Per event of `ev` (stream order): whether it can overlap with compute (the module
+    docstring). O(events) numpy over the stream; a join only for async ops and their waits."""
+    size = trace.patterns.height
+    kind = np.zeros(size, dtype=np.int8)  # 1 async, 2 FSDP-style gather, 3 FSDP-style reduction
+    phase = np.zeros(size, dtype=np.int8)
+    p = pats.select(
         "code",
         is_async=pl.col("async_op") == 1,
         gather=pl.col("op").is_in(GATHERS) & pl.col("phase").is_in(["forward", "backward"]) & (pl.col("n") > 1),
         reduction=pl.col("op").is_in(GRAD_REDUCTIONS) & (pl.col("phase") == "backward") & (pl.col("n") > 1),
+        phase=pl.col("phase").replace_strict({"forward": 1, "backward": 2}, default=0, return_dtype=pl.Int8),
     )
-    ev = trace.with_patterns(ev, "is_async", "gather", "reduction", table=kind)
-    hidden = pl.lit(False)
-    if bool(ev["is_async"].any()):
+    code = p["code"].to_numpy()
+    kind[code[p["reduction"].to_numpy()]] = 3
+    kind[code[p["gather"].to_numpy()]] = 2
+    kind[code[p["is_async"].to_numpy()]] = 1
+    phase[code] = p["phase"].to_numpy()
+    codes = ev["code"].to_numpy()
+    k = kind[codes]
+    hidden = np.zeros(len(codes), dtype=bool)
+    rank, step = ev["rank"].to_numpy(), ev["step"].to_numpy()
+    at = np.flatnonzero(k == 1)
+    if len(at):
         waits = trace.select("rank", "idx", "ref", ops=["wait"]).filter(pl.col("ref") >= 0)
-        waits = waits.select("rank", idx="ref", distance=pl.col("idx") - pl.col("ref"))
         # several waits on one op (a coalesced batch): the first one counts
-        waits = waits.group_by("rank", "idx").agg(pl.col("distance").min())
-        ev = ev.join(waits, on=["rank", "idx"], how="left", maintain_order="left")
-        hidden = pl.col("is_async") & (pl.col("distance").is_null() | (pl.col("distance") > 1))
-    sync = ~pl.col("is_async")
-    phase = trace.with_patterns(ev.select("code"), "phase")["phase"].cast(pl.String)
-    ev = ev.with_columns(phase=phase)
-    first_gather = pl.struct("rank", "step", "phase").is_first_distinct()
-    last_reduction = pl.struct("rank", "step").is_last_distinct()
-    gathers = ev.filter(sync & pl.col("gather")).select("rank", "idx", first=first_gather)
-    reductions = ev.filter(sync & pl.col("reduction")).select("rank", "idx", last=last_reduction)
-    ev = ev.join(gathers, on=["rank", "idx"], how="left", maintain_order="left").join(
-        reductions, on=["rank", "idx"], how="left", maintain_order="left"
-    )
-    prefetch = (sync & pl.col("gather") & ~pl.col("first").fill_null(True)) | (
-        sync & pl.col("reduction") & ~pl.col("last").fill_null(True)
-    )
-    return ev.select("rank", "idx", "code", "step", hidden=hidden | prefetch)
+        waits = waits.group_by("rank", idx="ref").agg(distance=(pl.col("idx") - pl.col("ref")).min())
+        issued = ev[at].select("rank", "idx").with_columns(at=pl.Series(at))
+        joined = issued.join(waits, on=["rank", "idx"], how="left")
+        d = joined["distance"]
+        hidden[joined["at"].to_numpy()] = (d.is_null() | (d > 1)).to_numpy()
+    g = np.flatnonzero(k == 2)  # FSDP prefetch: every gather but the first of its (rank, step, phase)
+    if len(g):
+        first = np.ones(len(g), dtype=bool)
+        gp = phase[codes[g]]
+        first[1:] = (rank[g][1:] != rank[g][:-1]) | (step[g][1:] != step[g][:-1]) | (gp[1:] != gp[:-1])
+        hidden[g[~first]] = True
+    r = np.flatnonzero(k == 3)  # gradient reductions: every one but the last of its (rank, step)
+    if len(r):
+        last = np.ones(len(r), dtype=bool)
+        last[:-1] = (rank[r][1:] != rank[r][:-1]) | (step[r][1:] != step[r][:-1])
+        hidden[r[~last]] = True
+    return hidden
 
 
 def _classes(trace: Trace, per_rank: pl.DataFrame) -> pl.DataFrame:
