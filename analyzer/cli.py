@@ -337,19 +337,40 @@ def report(
         None, "--expected", help="Golden trace of the same config: say what each stalled rank should have run next."
     ),
     eager_bytes: int = typer.Option(0, "--eager-bytes", help="As for `analyzer hang`."),
+    cluster: str = typer.Option(
+        "h100-dgx",
+        "--cluster",
+        help="Price the communication on this cluster (as `analyzer cost`); 'none': no time plot.",
+    ),
+    ranks_per_node: int | None = typer.Option(None, "--ranks-per-node", help="As for `analyzer cost`."),
 ) -> None:
     """One self-contained HTML page (no network needed): summary, findings with their frames, the
-    wait-for graph of a hang or deadlock, volume plots per mesh dim x op x phase and per step, and
-    with --diff the divergence and volume tables. Exit 0 once written (a picture, not a check:
-    gate CI on `analyzer check`), 2 bad input."""
+    wait-for graph of a hang or deadlock, volume plots per mesh dim x op x phase and per step, the
+    time per step on --cluster next to them, and with --diff the divergence and volume tables.
+    Exit 0 once written (a picture, not a check: gate CI on `analyzer check`), 2 bad input."""
+    from analyzer.cost.cluster import ClusterError, load_cluster
     from analyzer.report import ReportInputs, build_report
 
+    spec = None
+    if cluster != "none":
+        try:
+            spec = load_cluster(cluster, ranks_per_node)
+        except ClusterError as e:
+            _fail(str(e))
     _output(output, trace, diff_with, expected)
     t = _load(trace)
     other = _load(diff_with) if diff_with else None
     golden = _load(expected) if expected else None
     rep = build_report(
-        t, ReportInputs(source=trace, other=other, other_source=diff_with, expected=golden, eager_bytes=eager_bytes)
+        t,
+        ReportInputs(
+            source=trace,
+            other=other,
+            other_source=diff_with,
+            expected=golden,
+            eager_bytes=eager_bytes,
+            cluster=spec,
+        ),
     )
     from analyzer.render.html import render
 

@@ -4,7 +4,8 @@
 
 Pure: a loaded trace in, frames and findings out; nothing here draws or writes. The report runs
 what `check` runs, `hang`'s analysis when the trace can hang at all (below), the volume tables
-behind the plots, `summary`'s rank classes and, given a second trace, `diff`.
+behind the plots, `summary`'s rank classes, given a second trace `diff`, and given a cluster the
+communication time per step (`analyzer cost`).
 
 When hang analysis runs: always for post-mortem traces (where each stream stopped is the whole
 question; the frontier is columnar). A dry run is replayed under blocking semantics only when
@@ -26,6 +27,8 @@ from analyzer.checks.options import CheckOptions
 from analyzer.compare.diff import Diff, diff_traces
 from analyzer.compare.normalize import group_keys
 from analyzer.compare.summary import Summary, comm_events, summarize
+from analyzer.cost.cluster import ClusterSpec
+from analyzer.cost.step import StepCost, step_cost
 from analyzer.hang import HangReport, analyze, frontier_rows
 from analyzer.model.findings import Finding
 from analyzer.model.trace import Trace
@@ -44,6 +47,8 @@ class ReportInputs:
     expected: Trace | None = None
     """--expected: a golden trace of the same config (what each stalled rank should run next)."""
     eager_bytes: int = 0
+    cluster: ClusterSpec | None = None
+    """--cluster: price the communication on it (time plots next to the byte plots)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,6 +73,8 @@ class Report:
     """Rank classes, as `analyzer summary` prints them."""
     diff: Diff | None = None
     """Against inputs.other."""
+    cost: StepCost | None = None
+    """Communication time per step on inputs.cluster (`analyzer cost`)."""
 
 
 def may_hang(trace: Trace, found: list[Finding]) -> bool:
@@ -119,4 +126,5 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
         per_step=per_step,
         summary=summarize(trace),
         diff=diff,
+        cost=step_cost(trace, inputs.cluster) if inputs.cluster is not None else None,
     )

@@ -95,12 +95,11 @@ def _breakdown(con: Console, c: StepCost) -> None:
             )
             for r in rows.iter_rows(named=True)
         ]
-        heads = (("group", False), ("op", False), ("phase", False), ("calls", True))
-        heads += (("bytes", True), ("ms", True), ("hidden", True))
-        for i, (name, right) in enumerate(heads):
-            _column(t, name, [c[i] for c in cells], right=right, wrap=False)
-        for c in cells:
-            t.add_row(*c)
+        heads = ("group", "op", "phase", "calls", "bytes", "ms", "hidden")
+        for i, name in enumerate(heads):
+            _column(t, name, [cell[i] for cell in cells], right=i >= 3, wrap=False)
+        for cell in cells:
+            t.add_row(*cell)
         con.print(t)
 
 

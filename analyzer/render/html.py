@@ -183,7 +183,7 @@ def hang_section(report, picture) -> str:
     return section("hang", "Hang and deadlock analysis", "".join(parts), lead)
 
 
-def volume_section(report, volume_svg: str | None, steps_svg: str | None) -> str:
+def volume_section(report, volume_svg: str | None, steps_svg: str | None, time_svg: str | None = None) -> str:
     if not volume_svg:
         return section("volume", "Communication volume", "<p>No collectives or p2p recorded.</p>")
     rows = [
@@ -192,12 +192,24 @@ def volume_section(report, volume_svg: str | None, steps_svg: str | None) -> str
     ]
     body = (
         figure(volume_svg, "Bytes per mesh dim × op, split by phase (all ranks).", "plot-volume")
+        + (figure(time_svg, _time_caption(report), "plot-time") if time_svg else "")
         + figure(steps_svg, "Bytes per training step, split by mesh dim (all ranks).", "plot-steps")
         + "<details><summary>Table: calls and bytes per mesh dim × op × phase</summary>"
         + table(["mesh dim", "op", "phase", "calls", "bytes"], rows, numeric={3, 4})
         + "</details>"
     )
     return section("volume", "Communication volume", body)
+
+
+def _time_caption(report) -> str:
+    c = report.cost
+    w = c.worst
+    return (
+        f"Time per step on {c.cluster.name} (analyzer cost), rank class {w['class']} (ranks {w['ranks_text']}): "
+        f"{w['serial'] * 1e3:.3g} ms if nothing overlapped, {w['exposed'] * 1e3:.3g} ms exposed; averaged over "
+        f"{c.steps} step(s). A model calibrated to published nccl-tests figures (docs/cost-model.md), "
+        "not a measurement."
+    )
 
 
 def summary_section(report) -> str:
@@ -248,7 +260,12 @@ def render(report) -> str:
         cards(report),
         findings_section(report),
         hang_section(report, picture),
-        volume_section(report, plots.volume_by_dim_op_phase(report.volume), plots.volume_by_step(report.per_step)),
+        volume_section(
+            report,
+            plots.volume_by_dim_op_phase(report.volume),
+            plots.volume_by_step(report.per_step),
+            plots.time_by_dim_op_phase(report.cost),
+        ),
     ]
     if report.diff is not None:
         body.append(diff_section(report, plots.diff_volume_by_dim(report.diff.volume)))

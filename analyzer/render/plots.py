@@ -131,6 +131,52 @@ def volume_by_dim_op_phase(volume: pl.DataFrame) -> str | None:
         return to_svg(fig, "volume")
 
 
+def time_by_dim_op_phase(cost) -> str | None:
+    """Horizontal bars, one per mesh dim x op: milliseconds per step of the rank class with the
+    most exposed communication (analyzer.cost), split by phase; the hidden share at the bar ends."""
+    if cost is None or cost.table.is_empty():
+        return None
+    import matplotlib
+
+    worst = cost.worst
+    table = cost.table.filter(pl.col("class") == worst["class"]).with_columns(
+        row=pl.format("{} · {}", "group", "op"), ms=pl.col("seconds") * 1e3, hidden=pl.col("overlappable") * 1e3
+    )
+    rows = (
+        table.group_by("row")
+        .agg(pl.col("ms").sum(), pl.col("hidden").sum())
+        .sort("ms", "row", descending=[True, False])
+    )
+    rows = rows.head(MAX_BARS)
+    if rows["ms"].sum() == 0:
+        return None
+    order = rows["row"].to_list()[::-1]
+    cell = {
+        (r["row"], r["phase"]): r["ms"]
+        for r in table.group_by("row", "phase").agg(pl.col("ms").sum()).iter_rows(named=True)
+    }
+    phases = [p for p in PHASE_ORDER if any((row, p) in cell for row in order)]
+    phases += sorted({p for _, p in cell} - set(phases))
+    totals = {r["row"]: r for r in rows.iter_rows(named=True)}
+    with matplotlib.rc_context(RC):
+        fig = figure(9.5, 1.3 + 0.3 * len(order))
+        ax = fig.add_subplot()
+        left = [0.0] * len(order)
+        for phase in phases:
+            widths = [cell.get((row, phase), 0.0) for row in order]
+            ax.barh(order, widths, left=left, color=PHASE_COLOURS.get(phase, "#bab0ac"), label=phase, height=0.7)
+            left = [a + b for a, b in zip(left, widths)]
+        for y, row in enumerate(order):
+            t = totals[row]
+            ax.annotate(f" {t['ms']:.3g} ms · {t['hidden']:.3g} hidden", (left[y], y), va="center", fontsize=8.5)
+        ax.set_xlim(0, max(left) * 1.35)
+        _grid(ax, "x")
+        ax.set_xlabel(f"ms per step on {cost.cluster.name} (ranks {worst['ranks_text']}; model: docs/cost-model.md)")
+        ax.tick_params(axis="y", length=0)
+        fig.legend(title="phase", loc="outside upper center", ncols=len(phases))
+        return to_svg(fig, "time")
+
+
 def volume_by_step(per_step: pl.DataFrame) -> str | None:
     """Stacked bars: bytes per training step (optimizer steps done), split by mesh dim."""
     if per_step.is_empty() or per_step["bytes"].sum() == 0:

@@ -198,7 +198,9 @@ def test_per_step_and_overlap(tmp_path, simple):
 def test_rank_classes(tmp_path, simple):
     """Ranks 0-3 also all_reduce on a sub-group: two classes."""
     events = [all_reduce(1 << 20), all_reduce(1 << 20, group=1)]
-    path = write_trace(tmp_path / "cls.trace", 8, events, [(0, list(range(8)), "default_pg"), (1, [0, 1, 2, 3], "mesh_tp")])
+    path = write_trace(
+        tmp_path / "cls.trace", 8, events, [(0, list(range(8)), "default_pg"), (1, [0, 1, 2, 3], "mesh_tp")]
+    )
     cost = step_cost(load(path), load_cluster(simple))
     assert cost.classes["ranks_text"].to_list() == ["0-3", "4-7"]
     assert sorted(cost.table.filter(pl.col("class") == 1)["group"].to_list()) == ["tp", "world"]
@@ -233,7 +235,9 @@ def test_toml_base_and_placement(tmp_path):
 
 
 def _analyzer(*args):
-    return subprocess.run([sys.executable, "-m", "analyzer", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "analyzer", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
 
 
 def test_cli_bad_cluster_is_one_line_exit_2(tmp_path):
@@ -246,7 +250,14 @@ def test_cli_bad_cluster_is_one_line_exit_2(tmp_path):
 def test_cli_what_if_json():
     """Two layouts x two clusters: four runs; the A100 is slower on every one."""
     r = _analyzer(
-        "cost", "traces/hsdp_tp.trace", "traces/fsdp_tp.trace", "--cluster", "h100-dgx", "--cluster", "a100-dgx", "--json"
+        "cost",
+        "traces/hsdp_tp.trace",
+        "traces/fsdp_tp.trace",
+        "--cluster",
+        "h100-dgx",
+        "--cluster",
+        "a100-dgx",
+        "--json",
     )
     assert r.returncode == 0, r.stderr
     runs = json.loads(r.stdout)["runs"]
