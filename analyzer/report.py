@@ -4,8 +4,8 @@
 
 Pure: a loaded trace in, frames and findings out; nothing here draws or writes. The report runs
 what `check` runs, `hang`'s analysis when the trace can hang at all (below), the volume tables
-behind the plots, `summary`'s rank classes, given a second trace `diff`, and given a cluster the
-communication time per step (`analyzer cost`).
+behind the plots, `summary`'s rank classes, `lint`'s advice, given a second trace `diff`, and
+given a cluster the communication time per step (`analyzer cost`; the advice is priced on it).
 
 When hang analysis runs: always for post-mortem traces (where each stream stopped is the whole
 question; the frontier is columnar). A dry run is replayed under blocking semantics only when
@@ -30,6 +30,8 @@ from analyzer.compare.summary import Summary, comm_events, summarize
 from analyzer.cost.cluster import ClusterSpec
 from analyzer.cost.step import StepCost, step_cost
 from analyzer.hang import HangReport, analyze, frontier_rows
+from analyzer.lint import run_lint
+from analyzer.lint.options import LintOptions, for_cluster
 from analyzer.model.findings import Finding
 from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import post_mortem
@@ -75,6 +77,8 @@ class Report:
     """Against inputs.other."""
     cost: StepCost | None = None
     """Communication time per step on inputs.cluster (`analyzer cost`)."""
+    advice: list[Finding] = field(default_factory=list)
+    """`analyzer lint`'s advice (on inputs.cluster where given)."""
 
 
 def may_hang(trace: Trace, found: list[Finding]) -> bool:
@@ -127,4 +131,5 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
         summary=summarize(trace),
         diff=diff,
         cost=step_cost(trace, inputs.cluster) if inputs.cluster is not None else None,
+        advice=run_lint(trace, for_cluster(inputs.cluster) if inputs.cluster is not None else LintOptions()).findings,
     )

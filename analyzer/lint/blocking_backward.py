@@ -43,9 +43,9 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
                 trace,
                 r,
                 f"{r['per_step']} blocking {r['op']} per step on {r['label']} during backward, {where(r)}"
-                f"{time_text(r['seconds'])}: backward waits for each; let FSDP (fully_shard) or DDP reduce "
-                "the gradients (they overlap with the rest of backward), or issue them with async_op=True and "
-                "wait before the optimizer step",
+                f"{time_text(r['seconds'], 'that backward waits for')}: backward waits for each; "
+                "let FSDP (fully_shard) or DDP reduce the gradients (they overlap with the rest of backward), "
+                "or issue them with async_op=True and wait before the optimizer step",
             )
         )
     return out

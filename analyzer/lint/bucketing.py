@@ -47,12 +47,27 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
         & (pl.col("size") > 1)
     )
     rows = _independent(trace, rows, keys)
-    per = rows.group_by(["rank", "step", *keys]).agg(n=pl.len(), total=pl.col("in_bytes").clip(0).sum())
-    per = per.filter(
-        (pl.col("n") >= MIN_CALLS)
-        & (pl.col("n") >= MIN_SAVING * (pl.col("total") / BUCKET_BYTES).ceil().clip(1).cast(pl.Int64))
+    per = rows.group_by(["rank", "step", *keys]).agg(
+        pl.col("size", "nodes", "per_node").first(),
+        n=pl.len(),
+        total=pl.col("in_bytes").clip(0).sum(),
+        total_out=pl.col("out_bytes").clip(0).sum(),
     )
-    rows = rows.join(per.select("rank", "step", *keys), on=["rank", "step", *keys], nulls_equal=True)
+    per = per.with_columns(buckets=(pl.col("total") / BUCKET_BYTES).ceil().clip(1).cast(pl.Int64))
+    per = per.filter((pl.col("n") >= MIN_CALLS) & (pl.col("n") >= MIN_SAVING * pl.col("buckets")))
+    if options.cost is not None and per.height:
+        # what the buckets would cost instead, spread over the calls: the rows then sum to the saving
+        bucketed = options.cost(
+            per.with_columns(
+                in_bytes=pl.col("total") // pl.col("buckets"), out_bytes=pl.col("total_out") // pl.col("buckets")
+            )
+        )
+        per = per.with_columns(instead=bucketed * pl.col("buckets") / pl.col("n"))
+    else:
+        per = per.with_columns(instead=pl.lit(0.0))
+    on = ["rank", "step", *keys]
+    rows = rows.join(per.select(*on, "instead"), on=on, nulls_equal=True)
+    rows = rows.with_columns(seconds=pl.col("seconds") - pl.col("instead"))
     out = Linted()
     for r in summarize(rows, ["label", "phase", "op", "dtype", "reduce_op"]):
         buckets = max(1, math.ceil(r["bytes"] / BUCKET_BYTES))
@@ -63,7 +78,8 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
                 r,
                 f"{r['per_step']} separate {r['op']} calls ({r['dtype']}) per step on {r['label']} in "
                 f"{r['phase']}, {r['bytes'] / r['per_step'] / 1024:.1f} KiB each on average, {where(r)}"
-                f"{time_text(r['seconds'])}: bucket them ({buckets} call{'s' if buckets > 1 else ''} of at most "
+                f"{time_text(r['seconds'], 'that buckets would save')}: bucket them "
+                f"({buckets} call{'s' if buckets > 1 else ''} of at most "
                 f"{BUCKET_BYTES >> 20} MiB: flatten into one buffer, dist._coalescing_manager, "
                 "or let DDP / FSDP reduce)",
             )

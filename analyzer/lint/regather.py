@@ -53,8 +53,10 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     per = gathers.group_by(keys).agg(
         f=(pl.col("phase") != "backward").sum(), b=(pl.col("phase") == "backward").sum(), n=pl.len()
     )
-    per = per.filter(pl.col("b") > pl.col("f") * (2 if ac else 1))
+    allowed = pl.col("f") * (2 if ac else 1)
+    per = per.filter(pl.col("b") > allowed).with_columns(excess=(pl.col("b") - allowed) / pl.col("n"))
     rows = gathers.join(per, on=keys)
+    rows = rows.with_columns(seconds=pl.col("seconds") * pl.col("excess"))  # the extra gathers' share
     for r in summarize(rows, ["label", "module"]):
         worst = per.filter(pl.col("module") == r["module"]).sort("n", descending=True).row(0, named=True)
         out.findings.append(
@@ -64,8 +66,8 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
                 r,
                 f"{r['module'] or 'the root'}'s parameters are all-gathered {worst['n']} times per step on "
                 f"{r['label']} ({worst['f']} outside backward, {worst['b']} in backward), {where(r)}"
-                f"{time_text(r['seconds'])}: the layout needs one per forward, plus one in backward per forward "
-                "with reshard_after_forward"
+                f"{time_text(r['seconds'], 'in the extra gathers')}: the layout needs one per forward, "
+                "plus one in backward per forward with reshard_after_forward"
                 + (" and one more under activation checkpointing" if ac else "")
                 + "; look for a reshard or unshard inside backward, or a unit used twice",
             )

@@ -68,6 +68,16 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     if reduce is not None:
         wide = wide | (grads & (width > reduce))
     rows = comm.filter(wide & (pl.col("size") > 1))
+    if options.cost is not None and rows.height:
+        # the same collectives in the policy's dtype: the bytes scale by its width over theirs
+        ratio = pl.when(gathers).then(pl.lit(param)).otherwise(pl.lit(reduce)).cast(pl.Float64) / width
+        narrow = options.cost(
+            rows.with_columns(
+                in_bytes=(pl.col("in_bytes") * ratio).cast(pl.Int64),
+                out_bytes=(pl.col("out_bytes") * ratio).cast(pl.Int64),
+            )
+        )
+        rows = rows.with_columns(seconds=pl.col("seconds") - narrow)
     for r in summarize(rows, ["label", "op", "dtype", "phase"]):
         gathered = r["op"].startswith("all_gather")
         meant = p["mixed_precision_param" if gathered else "mixed_precision_reduce"]
@@ -79,8 +89,8 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
                 r,
                 f"{r['per_step']} {r['op']} per step on {r['label']} in {r['dtype']}: {what} wider than the "
                 f"policy's {'param' if gathered else 'reduce'} dtype {meant}, {where(r)}"
-                f"{time_text(r['seconds'])}: cast before the collective (FSDP: MixedPrecisionPolicy), "
-                "or state the wider dtype in the policy if it is meant",
+                f"{time_text(r['seconds'], 'that the policy would save')}: cast before the collective "
+                "(FSDP: MixedPrecisionPolicy), or state the wider dtype in the policy if it is meant",
             )
         )
     return out

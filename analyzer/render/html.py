@@ -145,6 +145,29 @@ def findings_section(report) -> str:
     )
 
 
+def advice_section(report) -> str:
+    """`analyzer lint`'s advice: the job runs, a change would make it faster."""
+    if not report.advice:
+        return section("advice", "Advice", '<p class="ok">✓ No advice (analyzer lint).</p>')
+    rows = [
+        [
+            Raw(f'<span class="kind">{esc(f.kind.name)}</span>'),
+            ranks_brief(f.ranks),
+            group_text(f.group),
+            "-" if f.seconds_per_step is None else f"{f.seconds_per_step * 1e3:.3g} ms",
+            f.message if len(f.message) <= MAX_MESSAGE else f.message[:MAX_MESSAGE] + " … (see analyzer lint --json)",
+            Raw(f"<code>{esc(f.module or '-')}</code><div><code>{esc(f.frame or '')}</code></div>"),
+        ]
+        for f in report.advice
+    ]
+    return section(
+        "advice",
+        "Advice",
+        table(["kind", "ranks", "group", "per step", "what to change", "module, frame"], rows, cls="findings"),
+        "The job runs correctly; these would make it faster (analyzer lint, docs/analysis.md#comm-lint).",
+    )
+
+
 def hang_section(report, picture) -> str:
     hang = report.hang
     if hang is None or not hang.hung:
@@ -259,6 +282,7 @@ def render(report) -> str:
         _nav(report),
         cards(report),
         findings_section(report),
+        advice_section(report),
         hang_section(report, picture),
         volume_section(
             report,
@@ -285,7 +309,7 @@ def render(report) -> str:
 
 
 def _nav(report) -> str:
-    links = [("findings", "Findings"), ("hang", "Hang"), ("volume", "Volume")]
+    links = [("findings", "Findings"), ("advice", "Advice"), ("hang", "Hang"), ("volume", "Volume")]
     if report.diff is not None:
         links.append(("diff", "Diff"))
     links.append(("summary", "Summary"))

@@ -95,6 +95,19 @@ def test_wide_dtype_against_the_policy_in_the_header():
         ("wide_dtype", "reduce_scatter_tensor", "fsdp", 4, True),
     ]
     assert all("bfloat16" in f.message for f in found)
+    # on a cluster: what the same collectives would save at half the bytes
+    cluster = load_cluster("h100-dgx", 1)  # every group crosses nodes here; only the dtype advice is looked at
+    priced = {f.op: f for f in run_lint(edited, for_cluster(cluster)).findings if f.kind.name == "wide_dtype"}
+    rs = edited.select("rank", "step", "op", "group", "in_bytes", "out_bytes", ops=["reduce_scatter_tensor"])
+    fsdp = edited.groups.filter(label="fsdp")["gid"].implode()
+    rs = rs.filter((pl.col("rank") == 0) & (pl.col("step") == 0) & pl.col("group").is_in(fsdp))
+    assert rs.height == 4
+    by_hand = sum(
+        collective_seconds("reduce_scatter_tensor", b, 2, cluster, nodes=2, per_node=1)
+        - collective_seconds("reduce_scatter_tensor", b // 2, 2, cluster, nodes=2, per_node=1)
+        for b in rs["in_bytes"].to_list()
+    )
+    assert priced["reduce_scatter_tensor"].seconds_per_step == pytest.approx(by_hand, rel=1e-6)
 
 
 def test_no_policy_no_dtype_judgement():
@@ -164,6 +177,36 @@ def test_unbucketed_gradients_from_backward_hooks(recorded):
         ("blocking_backward_collective", "blocks", [0, 1, 2, 3], 12, "world", "all_reduce"),
     ]
     assert all(f.frame.endswith("lint_unbucketed.py:37 in reduce_grad") for f in found)
+
+
+def test_bucketing_saving_on_a_cluster(recorded):
+    """On h100-dgx (4 ranks, one node): the 12 calls cost 12 times the model's one-call time; one
+    bucket of their total bytes costs once: the advice's time is the difference, by hand from
+    the cost model (mostly 11 latencies)."""
+    path, _ = recorded("lint_unbucketed", 4, "local")
+    t = load(path)
+    cluster = load_cluster("h100-dgx")
+    found = {f.kind.name: f for f in run_lint(t, for_cluster(cluster)).findings}
+    calls = t.select("rank", "step", "op", "phase", "in_bytes", ops=["all_reduce"]).filter(
+        (pl.col("rank") == 0) & (pl.col("step") == 0) & (pl.col("phase") == "backward")
+    )
+    assert calls.height == 12
+    sizes = calls["in_bytes"].to_list()
+    each = sum(collective_seconds("all_reduce", b, 4, cluster) for b in sizes)
+    assert found["blocking_backward_collective"].seconds_per_step == pytest.approx(each, rel=1e-9)
+    saved = each - collective_seconds("all_reduce", sum(sizes), 4, cluster)
+    assert found["unbucketed_collectives"].seconds_per_step == pytest.approx(saved, rel=1e-6)
+
+
+def test_report_has_the_advice(recorded, tmp_path):
+    """`analyzer report` shows lint's advice (priced on its cluster) in its own section."""
+    path, _ = recorded("lint_roundtrip", 4, "local")
+    out = tmp_path / "r.html"
+    p = subprocess.run([os.path.join(BIN, "analyzer"), "report", path, "-o", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    html = out.read_text()
+    section = html[html.index('id="advice"') :]
+    assert "redistribute_roundtrip" in section[: section.index("</section>")]
 
 
 def test_unbucketed_async_gradients_do_not_block(recorded):
