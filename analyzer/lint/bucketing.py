@@ -66,7 +66,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     else:
         per = per.with_columns(instead=pl.lit(0.0))
     on = ["rank", "step", *keys]
-    rows = rows.join(per.select(*on, "instead"), on=on, nulls_equal=True)
+    rows = rows.join(per.select(*on, "instead"), on=on, nulls_equal=True, maintain_order="left")
     rows = rows.with_columns(seconds=pl.col("seconds") - pl.col("instead"))
     out = Linted()
     for r in summarize(rows, ["label", "phase", "op", "dtype", "reduce_op"]):
@@ -89,6 +89,8 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
 
 def _independent(trace: Trace, rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Less the async calls waited on before the next call of their kind is issued."""
+    if not (rows["async_op"] == 1).any():
+        return rows
     waits = trace.select("rank", "idx", "ref", ops=["wait"]).filter(pl.col("ref") >= 0)
     first_wait = waits.group_by("rank", "ref").agg(waited=pl.col("idx").min())
     rows = rows.join(first_wait, left_on=["rank", "idx"], right_on=["rank", "ref"], how="left")

@@ -19,6 +19,7 @@ all_reduce of the reduce-scattered shard over the replicate dim (see `collective
 COLUMNS = (
     "rank",
     "idx",
+    "code",
     "op",
     "group",
     "seq",
@@ -35,6 +36,11 @@ COLUMNS = (
     "batch",
 )
 
+TIGHT_DIMS = frozenset({"tp", "cp", "ep", "etp"})
+"""Mesh dims whose collectives are per layer and on the critical path (analyzer.lint.cross_node).
+A flattened dim counts when every part is one of these (cp_tp), not when it mixes in a data
+parallel dim (dp_shard_cp)."""
+
 DTYPE_BYTES = {
     "float64": 8,
     "complex64": 8,
@@ -50,26 +56,28 @@ DTYPE_BYTES = {
 
 
 def collectives(trace: Trace, options: LintOptions) -> pl.DataFrame:
-    """Every collective of every rank, string columns as strings, plus:
+    """Every collective of every rank (string columns categorical, module / frame null where
+    none), plus:
     `fsdp` (issued by FSDP2: its all-gathers / reduce-scatters, which are never issued by a
     DTensor redistribute, and HSDP's all_reduce right after a reduce-scatter of the same unit),
     `size` and `nodes` (members of its group, nodes they span), `seconds` (with a cost model);
     `step` -1 for set-up (before the rank's first collective in forward or backward)."""
     e = trace.select(*COLUMNS, ops=sorted(ops.COLLECTIVE_OPS))
-    e = e.with_columns(pl.col(c).cast(pl.String) for c in ("op", "phase", "module", "frame", "dtype", "reduce_op"))
-    e = e.with_columns(pl.col("module").fill_null(""), pl.col("frame").fill_null(""))
-    prev = [pl.col(c).shift(1).over("rank", order_by="idx") for c in ("op", "module")]
+    # string columns stay categorical (a cast would build 80 M strings); rows are in stream order
+    # (rank, then program order), so the previous collective of the same rank is a plain shift
+    same_rank = pl.col("rank").shift(1) == pl.col("rank")
+    prev_op, prev_module = (pl.when(same_rank).then(pl.col(c).shift(1)) for c in ("op", "module"))
     e = e.with_columns(
         fsdp=(pl.col("parent") < 0)
         & (
             pl.col("op").is_in(FSDP_OPS)
             | (
                 (pl.col("op") == "all_reduce")
-                & (prev[0] == "reduce_scatter_tensor")
-                & (prev[1] == pl.col("module"))
+                & (prev_op == "reduce_scatter_tensor")
+                & prev_module.eq_missing(pl.col("module"))
                 & (pl.col("phase") == "backward")
             )
-        )
+        ).fill_null(False)
     )
     # set-up (a model's parameters broadcast or scattered before training) is in no step: its
     # collectives, before the rank's first collective in forward or backward, get step -1
@@ -84,14 +92,15 @@ def collectives(trace: Trace, options: LintOptions) -> pl.DataFrame:
 
 
 def group_places(trace: Trace, options: LintOptions) -> pl.DataFrame:
-    """gid, label, size, nodes (how many nodes its members span under the placement), per_node
-    (the most members on one node)."""
+    """gid, label, tight (a tp / cp / ep dim), size, nodes (how many nodes its members span under
+    the placement), per_node (the most members on one node)."""
     g = trace.groups.select("gid", "label", "size", "ranks").explode("ranks").drop_nulls("ranks")
     g = g.with_columns(node=options.placement.node(pl.col("ranks")))
     per = g.group_by("gid", "node").agg(pl.col("label").first(), pl.col("size").first(), k=pl.len())
     return per.group_by("gid").agg(
         pl.col("label").first(),
         pl.col("size").first().cast(pl.Int64),
+        tight=pl.col("label").first().str.split("_").list.eval(pl.element().is_in(list(TIGHT_DIMS))).list.all(),
         nodes=pl.len().cast(pl.Int64),
         per_node=pl.col("k").max().cast(pl.Int64),
     )
@@ -106,7 +115,7 @@ def config(trace: Trace) -> dict:
 def common_module(modules: list[str]) -> str:
     """The innermost module that holds all of them ("" the root); FSDP units named "a, b" count
     as each of their modules."""
-    names = [m for ms in modules for m in (ms.split(", ") if ms else [""])]
+    names = [m for ms in modules for m in (str(ms).split(", ") if ms else [""])]
     if not names:
         return ""
     parts = [n.split(".") if n else [] for n in names]
@@ -121,25 +130,34 @@ def common_module(modules: list[str]) -> str:
 def summarize(rows: pl.DataFrame, keys: list[str]) -> list[dict]:
     """Per distinct `keys`: ranks, per_step (the most calls one rank makes in one step), bytes
     (the most bytes one rank moves in one step), seconds (the most time, None without a cost
-    model), modules, frame / gid / seq of the first event (lowest rank, program order)."""
+    model), modules, frame / gid / seq of the first event (lowest rank, program order). `rows`
+    are in stream order (rank, then program order): one group-by over them, the rest on its
+    (much smaller) result."""
     if rows.is_empty():
         return []
+    firsts = {k: pl.col(c).first() for k, c in (("gid", "group"), ("seq", "seq"), ("frame", "frame")) if k not in keys}
     per = rows.group_by([*keys, "rank", "step"]).agg(
-        n=pl.len(), bytes=pl.col("in_bytes").clip(0).sum(), seconds=pl.col("seconds").sum()
+        n=pl.len(),
+        bytes=pl.col("in_bytes").clip(0).sum(),
+        seconds=pl.col("seconds").sum(),
+        first=pl.col("idx").min(),
+        modules=pl.col("module").unique(),
+        **firsts,
     )
-    per_key = per.group_by(keys).agg(
-        ranks=pl.col("rank").unique().sort(),
-        per_step=pl.col("n").max(),
-        bytes=pl.col("bytes").max(),
-        seconds=pl.col("seconds").max(),
-    )
-    firsts = {"gid": pl.col("group").first(), "seq": pl.col("seq").first(), "frame": pl.col("frame").first()}
-    first = (
-        rows.sort("rank", "idx")
+    out = (
+        per.sort("rank", "first")
         .group_by(keys, maintain_order=True)
-        .agg(modules=pl.col("module").unique().sort(), **{k: x for k, x in firsts.items() if k not in keys})
+        .agg(
+            ranks=pl.col("rank").unique().sort(),
+            per_step=pl.col("n").max(),
+            bytes=pl.col("bytes").max(),
+            seconds=pl.col("seconds").max(),
+            modules=pl.col("modules").list.explode(keep_nulls=True, empty_as_null=False).unique().sort(),
+            **{k: pl.col(k).first() for k in firsts},
+        )
     )
-    out = first.join(per_key, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    out = out.with_columns(pl.col(c).cast(pl.String) for c in out.columns if out.schema[c] == pl.Categorical)
+    out = out.with_columns(pl.col("modules").cast(pl.List(pl.String)))
     has_cost = rows["seconds"].null_count() < rows.height
     return [dict(r, seconds=r["seconds"] if has_cost else None) for r in out.iter_rows(named=True)]
 

@@ -3,7 +3,8 @@
 tp, cp and ep move activations on every layer, forward and backward, on the critical path: NCCL
 runs them at the slowest link the group crosses, the NICs' instead of NVLink's (an order of
 magnitude less bandwidth on a DGX). Data parallel dims (dp, fsdp, dp_replicate, ...) and pp are
-meant to cross nodes and are not judged. A group counts only when collectives ran on it."""
+meant to cross nodes and are not judged (the dims: analyzer.lint.common.TIGHT_DIMS). A group
+counts only when collectives ran on it."""
 
 from __future__ import annotations
 
@@ -20,23 +21,15 @@ CROSS_NODE_GROUP = Kind(
     severity=ADVICE,
 )
 
-TIGHT_DIMS = frozenset({"tp", "cp", "ep", "etp"})
-"""Mesh dims whose collectives are per layer and on the critical path. A flattened dim counts
-when every part is one of these (cp_tp), not when it mixes in a data parallel dim (dp_shard_cp)."""
-
-
-def tight(label: pl.Expr) -> pl.Expr:
-    return label.str.split("_").list.eval(pl.element().is_in(list(TIGHT_DIMS))).list.all()
-
 
 def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
-    rows = comm.filter(tight(pl.col("label")) & (pl.col("nodes") > 1) & (pl.col("size") > 1))
+    rows = comm.filter(pl.col("tight") & (pl.col("nodes") > 1) & (pl.col("size") > 1))
     if options.cost is not None and rows.height:
         inside = options.cost(rows.with_columns(nodes=pl.lit(1, dtype=pl.Int64), per_node=pl.col("size")))
         rows = rows.with_columns(seconds=(pl.col("seconds") - inside).clip(0))
     out = Linted()
     for r in summarize(rows, ["label"]):
-        spans = comm.filter(pl.col("label") == r["label"]).select(pl.col("nodes").max()).item()
+        spans = rows.filter(pl.col("label") == r["label"]).select(pl.col("nodes").max()).item()
         out.findings.append(
             advice(
                 CROSS_NODE_GROUP,

@@ -48,7 +48,9 @@ def checkpointing(trace: Trace) -> bool:
 def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     out = Linted()
     ac = checkpointing(trace)
-    gathers = comm.filter(pl.col("fsdp") & pl.col("op").str.starts_with("all_gather"))
+    gathers = comm.filter(
+        pl.col("fsdp") & pl.col("op").is_in(["all_gather_into_tensor", "all_gather_into_tensor_coalesced"])
+    )
     keys = ["rank", "step", "group", "module"]
     per = gathers.group_by(keys).agg(
         f=(pl.col("phase") != "backward").sum(), b=(pl.col("phase") == "backward").sum(), n=pl.len()
@@ -58,7 +60,11 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     rows = gathers.join(per, on=keys)
     rows = rows.with_columns(seconds=pl.col("seconds") * pl.col("excess"))  # the extra gathers' share
     for r in summarize(rows, ["label", "module"]):
-        worst = per.filter(pl.col("module") == r["module"]).sort("n", descending=True).row(0, named=True)
+        worst = (
+            per.filter(pl.col("module").cast(pl.String).eq_missing(r["module"]))
+            .sort("n", descending=True)
+            .row(0, named=True)
+        )
         out.findings.append(
             advice(
                 REPEATED_GATHER,

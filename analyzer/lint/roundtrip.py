@@ -48,7 +48,6 @@ def _placements(trace: Trace, ids: list[int]) -> pl.DataFrame:
 def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     out = Linted()
     e = trace.select(*COLUMNS, ops=["redistribute", *comm["op"].unique().to_list()])
-    e = e.with_columns(pl.col(c).cast(pl.String) for c in ("op", "module", "phase", "frame", "dtype"))
     red = e.filter(pl.col("op") == "redistribute")
     if red.is_empty():
         return out
@@ -87,7 +86,9 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     )
     for r in summarize(issued, ["src", "dst", "frame", "phase"]):
         pairs_per_step = first.filter(
-            (pl.col("src") == r["src"]) & (pl.col("dst") == r["dst"]) & (pl.col("frame") == r["frame"])
+            (pl.col("src") == r["src"])
+            & (pl.col("dst") == r["dst"])
+            & pl.col("frame").cast(pl.String).eq_missing(r["frame"])
         )
         n = pairs_per_step.group_by("rank", "step").len().select(pl.col("len").max()).item()
         out.findings.append(

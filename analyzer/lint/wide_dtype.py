@@ -30,6 +30,12 @@ TORCHTITAN_DEFAULTS = {"mixed_precision_param": "bfloat16", "mixed_precision_red
 """torchtitan.config.configs.Training's defaults (0.3.0)."""
 
 GRADIENT_OPS = ("reduce_scatter_tensor", "reduce_scatter", "all_reduce")
+GATHER_OPS = ("all_gather_into_tensor", "all_gather_into_tensor_coalesced")
+
+
+def _wider(width: int) -> list[str]:
+    """The dtypes wider than `width` bytes (matched on the categorical column: no string per row)."""
+    return [name for name, w in DTYPE_BYTES.items() if w > width]
 
 
 def policy(trace: Trace) -> dict[str, str] | None:
@@ -59,17 +65,17 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
             out.notes.append("lint: no mixed-precision policy in the trace header: collective dtypes not judged")
         return out
     param, reduce = (DTYPE_BYTES.get(p[k]) for k in ("mixed_precision_param", "mixed_precision_reduce"))
-    width = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    gathers = pl.col("fsdp") & pl.col("op").str.starts_with("all_gather")
+    gathers = pl.col("fsdp") & pl.col("op").is_in(GATHER_OPS)
     grads = (pl.col("phase") == "backward") & (pl.col("parent") < 0) & pl.col("op").is_in(GRADIENT_OPS)
     wide = pl.lit(False)
     if param is not None:
-        wide = wide | (gathers & (width > param))
+        wide = wide | (gathers & pl.col("dtype").is_in(_wider(param)))
     if reduce is not None:
-        wide = wide | (grads & (width > reduce))
+        wide = wide | (grads & pl.col("dtype").is_in(_wider(reduce)))
     rows = comm.filter(wide & (pl.col("size") > 1))
     if options.cost is not None and rows.height:
         # the same collectives in the policy's dtype: the bytes scale by its width over theirs
+        width = pl.col("dtype").cast(pl.String).replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Float64)
         ratio = pl.when(gathers).then(pl.lit(param)).otherwise(pl.lit(reduce)).cast(pl.Float64) / width
         narrow = options.cost(
             rows.with_columns(
@@ -79,7 +85,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
         )
         rows = rows.with_columns(seconds=pl.col("seconds") - narrow)
     for r in summarize(rows, ["label", "op", "dtype", "phase"]):
-        gathered = r["op"].startswith("all_gather")
+        gathered = r["op"] in GATHER_OPS
         meant = p["mixed_precision_param" if gathered else "mixed_precision_reduce"]
         what = "parameters all-gathered" if gathered else "gradients reduced"
         out.findings.append(
