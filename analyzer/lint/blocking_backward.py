@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.lint.common import advice, summarize, time_text, where
+from analyzer.lint.common import advice, priced, summarize, time_text, where
 from analyzer.lint.options import Linted, LintOptions
 from analyzer.model.findings import ADVICE, Kind
 from analyzer.model.trace import Trace
@@ -35,6 +35,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
         & (pl.col("op") != "barrier")
         & (pl.col("size") > 1)
     )
+    rows = priced(rows, options)
     out = Linted()
     for r in summarize(rows, ["label", "op", "frame"]):
         out.findings.append(

@@ -15,7 +15,7 @@ import math
 
 import polars as pl
 
-from analyzer.lint.common import advice, summarize, time_text, where
+from analyzer.lint.common import advice, priced, summarize, time_text, where
 from analyzer.lint.options import Linted, LintOptions
 from analyzer.model.findings import ADVICE, Kind
 from analyzer.model.trace import Trace
@@ -67,7 +67,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
         per = per.with_columns(instead=pl.lit(0.0))
     on = ["rank", "step", *keys]
     rows = rows.join(per.select(*on, "instead"), on=on, nulls_equal=True, maintain_order="left")
-    rows = rows.with_columns(seconds=pl.col("seconds") - pl.col("instead"))
+    rows = priced(rows, options).with_columns(seconds=pl.col("seconds") - pl.col("instead"))
     out = Linted()
     for r in summarize(rows, ["label", "phase", "op", "dtype", "reduce_op"]):
         buckets = max(1, math.ceil(r["bytes"] / BUCKET_BYTES))

@@ -60,7 +60,7 @@ def collectives(trace: Trace, options: LintOptions) -> pl.DataFrame:
     none), plus:
     `fsdp` (issued by FSDP2: its all-gathers / reduce-scatters, which are never issued by a
     DTensor redistribute, and HSDP's all_reduce right after a reduce-scatter of the same unit),
-    `size` and `nodes` (members of its group, nodes they span), `seconds` (with a cost model);
+    `size` and `nodes` (members of its group, nodes they span), `seconds` (null: `priced` fills it);
     `step` -1 for set-up (before the rank's first collective in forward or backward)."""
     e = trace.select(*COLUMNS, ops=sorted(ops.COLLECTIVE_OPS))
     # string columns stay categorical (a cast would build 80 M strings); rows are in stream order
@@ -84,11 +84,15 @@ def collectives(trace: Trace, options: LintOptions) -> pl.DataFrame:
     started = pl.col("idx").filter(pl.col("phase").is_in(["forward", "backward"])).min().over("rank")
     e = e.with_columns(step=pl.when(pl.col("idx") < started.fill_null(-1)).then(-1).otherwise(pl.col("step")))
     e = e.join(group_places(trace, options), left_on="group", right_on="gid", how="left")
-    if options.cost is not None and e.height:
-        e = e.with_columns(seconds=options.cost(e))
-    else:
-        e = e.with_columns(seconds=pl.lit(None, dtype=pl.Float64))
-    return e
+    return e.with_columns(seconds=pl.lit(None, dtype=pl.Float64))
+
+
+def priced(rows: pl.DataFrame, options: LintOptions) -> pl.DataFrame:
+    """`rows` (of `collectives`) with their `seconds` on the cluster (null without one): priced
+    once a rule has kept them, not for every collective of the trace."""
+    if options.cost is None or rows.is_empty():
+        return rows
+    return rows.with_columns(seconds=options.cost(rows))
 
 
 def group_places(trace: Trace, options: LintOptions) -> pl.DataFrame:

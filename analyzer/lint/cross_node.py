@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.lint.common import advice, summarize, time_text, where
+from analyzer.lint.common import advice, priced, summarize, time_text, where
 from analyzer.lint.options import Linted, LintOptions
 from analyzer.model.findings import ADVICE, Kind
 from analyzer.model.trace import Trace
@@ -24,6 +24,7 @@ CROSS_NODE_GROUP = Kind(
 
 def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     rows = comm.filter(pl.col("tight") & (pl.col("nodes") > 1) & (pl.col("size") > 1))
+    rows = priced(rows, options)
     if options.cost is not None and rows.height:
         inside = options.cost(rows.with_columns(nodes=pl.lit(1, dtype=pl.Int64), per_node=pl.col("size")))
         rows = rows.with_columns(seconds=(pl.col("seconds") - inside).clip(0))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.lint.common import advice, config, summarize, time_text, where
+from analyzer.lint.common import advice, config, priced, summarize, time_text, where
 from analyzer.lint.options import Linted, LintOptions
 from analyzer.model.findings import ADVICE, Kind
 from analyzer.model.trace import Trace
@@ -58,7 +58,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     allowed = pl.col("f") * (2 if ac else 1)
     per = per.filter(pl.col("b") > allowed).with_columns(excess=(pl.col("b") - allowed) / pl.col("n"))
     rows = gathers.join(per, on=keys)
-    rows = rows.with_columns(seconds=pl.col("seconds") * pl.col("excess"))  # the extra gathers' share
+    rows = priced(rows, options).with_columns(seconds=pl.col("seconds") * pl.col("excess"))  # the extra gathers' share
     for r in summarize(rows, ["label", "module"]):
         worst = (
             per.filter(pl.col("module").cast(pl.String).eq_missing(r["module"]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.lint.common import advice, summarize, time_text, where
+from analyzer.lint.common import advice, priced, summarize, time_text, where
 from analyzer.lint.options import Linted, LintOptions
 from analyzer.model.findings import ADVICE, Kind
 from analyzer.model.trace import Trace
@@ -77,7 +77,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
     second = pairs.select("rank", idx=pl.col("next_idx"), pair=pl.col("idx"))
     owners = pl.concat([first.select("rank", "idx", "pair"), second])
     issued = comm.filter(pl.col("parent") >= 0).join(owners.rename({"idx": "parent"}), on=["rank", "parent"])
-    issued = issued.join(first.select("rank", "pair", "src", "dst"), on=["rank", "pair"])
+    issued = priced(issued.join(first.select("rank", "pair", "src", "dst"), on=["rank", "pair"]), options)
     if issued.is_empty():
         return out  # a round trip that moved nothing (a local chunk and back) costs no communication
     # the first redistribute's module and frame name the finding

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.lint.common import DTYPE_BYTES, advice, config, summarize, time_text, where
+from analyzer.lint.common import DTYPE_BYTES, advice, config, priced, summarize, time_text, where
 from analyzer.lint.options import Linted, LintOptions
 from analyzer.model.findings import ADVICE, Kind
 from analyzer.model.trace import Trace
@@ -72,7 +72,7 @@ def lint(trace: Trace, options: LintOptions, comm: pl.DataFrame) -> Linted:
         wide = wide | (gathers & pl.col("dtype").is_in(_wider(param)))
     if reduce is not None:
         wide = wide | (grads & pl.col("dtype").is_in(_wider(reduce)))
-    rows = comm.filter(wide & (pl.col("size") > 1))
+    rows = priced(comm.filter(wide & (pl.col("size") > 1)), options)
     if options.cost is not None and rows.height:
         # the same collectives in the policy's dtype: the bytes scale by its width over theirs
         width = pl.col("dtype").cast(pl.String).replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Float64)
