@@ -175,6 +175,26 @@ def costing(work: str, quick: bool, size: str = "") -> None:
     os.remove(path)
 
 
+def linting(work: str, quick: bool) -> None:
+    """analyzer lint (every rule, priced on a cluster) against analyzer summary on the synthetic
+    FSDP x TP trace: columnar rules, no loop per event, so within 2x of summary's time."""
+    ranks, events = (4096, 1000) if quick else (16384, 5000)
+    path = os.path.join(work, "lint.trace")
+    generate(path, ranks, events, verbose=False)
+    s = run("analyzer", "summary", path, "--json")
+    c = run("analyzer", "lint", path, "--cluster", "h100-dgx", "--json")
+    ok = c.code == 0 and "findings" in _out(c)
+    ratio = c.wall / s.wall if s.wall else float("inf")
+    row(
+        f"analyzer lint vs summary, {ranks:,} ranks x {events:,} events",
+        f"lint {c.wall:.1f} s, {c.peak_gib:.2f} GiB; summary {s.wall:.1f} s, {s.peak_gib:.2f} GiB: {ratio:.2f}x",
+        "<= 2x summary's time",
+        f"{len(_out(c).get('findings', []))} advice" if ok else f"FAILED (exit {c.code}): {c.stderr.strip()[-200:]}",
+        ok and ratio <= 2 and s.code == 0,
+    )
+    os.remove(path)
+
+
 def diffing(work: str, quick: bool) -> None:
     a, b = os.path.join(work, "a.trace"), os.path.join(work, "b.trace")
     d_ranks, d_events = (4096, 250) if quick else (4096, 5000)
@@ -343,6 +363,7 @@ def steps(work: str, quick: bool) -> dict:
         "analysis": lambda: analysis(work, quick),
         "diff": lambda: diffing(work, quick),
         "cost": lambda: costing(work, quick, os.environ.get("COMMTRACE_COST_SIZE", "")),
+        "lint": lambda: linting(work, quick),
         "pp-check-1f1b": lambda: pipeline_check(work, quick, "1f1b"),
         "pp-check-interleaved": lambda: pipeline_check(work, quick, "interleaved"),
         "pp-hang": lambda: pipeline_hang(work, quick),
