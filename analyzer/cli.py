@@ -160,7 +160,7 @@ def lint(
         None, "--cluster", help="A cluster preset (h100-dgx, ...) or TOML file: its placement, and each advice's time."
     ),
     ranks_per_node: int = typer.Option(
-        None, "--ranks-per-node", min=1, help="Ranks per node, placed consecutively (default: the cluster's, else 8)."
+        None, "--ranks-per-node", help="Ranks per node, placed consecutively (default: the cluster's, else 8)."
     ),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when there is any advice (for CI)."),
     json_out: bool = typer.Option(False, "--json", help="Print the advice as JSON."),
@@ -172,6 +172,8 @@ def lint(
     from analyzer.lint import run_lint
     from analyzer.lint.options import LintOptions, Placement, for_cluster
 
+    if ranks_per_node is not None and ranks_per_node < 1:
+        _fail(f"--ranks-per-node must be at least 1, not {ranks_per_node}")
     if cluster is not None:
         from analyzer.cost.cluster import ClusterError, load_cluster
 
