@@ -271,3 +271,15 @@ def test_cli_what_if_json():
     assert serial[1] > serial[0] and serial[3] > serial[2]
     r = _analyzer("cost", "traces/hsdp_tp.trace")
     assert r.returncode == 0 and "rank class 1" in r.stdout
+
+
+def test_report_plots_time_next_to_bytes():
+    from analyzer.render.html import render
+    from analyzer.report import ReportInputs, build_report
+
+    trace = load(os.path.join(ROOT, "traces", "hsdp_tp.trace"))
+    rep = build_report(trace, ReportInputs(source="hsdp_tp.trace", cluster=PRESETS["h100-dgx"]))
+    assert rep.cost is not None and rep.cost.worst["serial"] > 0
+    page = render(rep)
+    assert "plot-volume" in page and "plot-time" in page and "Time per step on h100-dgx" in page
+    assert "plot-time" not in render(build_report(trace, ReportInputs(source="hsdp_tp.trace")))
