@@ -137,20 +137,15 @@ def _small_messages(seconds: pl.Expr, alpha: pl.Expr, one_node: pl.Expr, cluster
     """NCCL's low-latency protocols (LL, LL128) for small messages: a smaller alpha, a share of
     the bandwidth; the faster of the two wins, as NCCL's tuner picks per size. Off (fraction 0)
     for a link class without a fit."""
-    parts = []
-    for inside, lat, frac in (
-        (True, cluster.intra_small_latency_us, cluster.intra_small_fraction),
-        (False, cluster.inter_small_latency_us, cluster.inter_small_fraction),
-    ):
-        if frac > 0:
-            small = pl.min_horizontal(seconds, lat * 1e-6 + (seconds - alpha).clip(lower_bound=0) / frac)
-            parts.append((one_node if inside else ~one_node, small))
-    if not parts:
-        return seconds
-    out = pl.when(parts[0][0]).then(parts[0][1])
-    for cond, value in parts[1:]:
-        out = out.when(cond).then(value)
-    return out.otherwise(seconds)
+
+    def small(lat: float, frac: float) -> pl.Expr:
+        if frac <= 0:
+            return seconds
+        return pl.min_horizontal(seconds, lat * 1e-6 + (seconds - alpha).clip(lower_bound=0) / frac)
+
+    inside = small(cluster.intra_small_latency_us, cluster.intra_small_fraction)
+    across = small(cluster.inter_small_latency_us, cluster.inter_small_fraction)
+    return pl.when(one_node).then(inside).otherwise(across)
 
 
 def op_seconds(frame: pl.DataFrame, cluster: ClusterSpec, groups: pl.DataFrame) -> pl.DataFrame:
