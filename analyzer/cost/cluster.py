@@ -11,6 +11,8 @@ each rank runs (`ClusterSpec`); named presets calibrated to published nccl-tests
     nvls_gbps = 480.0          # NVLink SHARP all_reduce bus bandwidth (0: none)
     inter_gbps = 46.0          # per GPU, across nodes (its NIC), GB/s
     inter_latency_us = 30.0
+    intra_small_latency_us = 29.0  # small messages (NCCL's LL / LL128): alpha and share of bandwidth
+    intra_small_fraction = 0.64
     ranks_per_node = 8         # placement: consecutive ranks fill a node (torchrun's order)
 """
 
@@ -52,6 +54,15 @@ class ClusterSpec:
     """Achievable bandwidth of one GPU's network link (its NIC or rail), per direction."""
     inter_latency_us: float
     """Fixed cost of one collective that crosses nodes (alpha)."""
+    intra_small_latency_us: float = 0.0
+    """Small messages inside a node: the fixed cost of NCCL's low-latency protocols (LL / LL128)."""
+    intra_small_fraction: float = 0.0
+    """Small messages inside a node: the share of the bandwidth those protocols reach (0: not
+    modelled). A collective takes min(alpha + beta, small alpha + beta / fraction)."""
+    inter_small_latency_us: float = 0.0
+    """As intra_small_latency_us, for a collective that crosses nodes."""
+    inter_small_fraction: float = 0.0
+    """As intra_small_fraction, for a collective that crosses nodes (0: not modelled)."""
     ranks_per_node: int = 0
     """Ranks placed on each node, consecutive ranks together as torchrun places them (node of
     rank r = r // ranks_per_node); 0: gpus_per_node."""
@@ -85,6 +96,8 @@ PRESETS: dict[str, ClusterSpec] = {
             intra_gbps=370.0,
             intra_latency_us=76.0,
             nvls_gbps=480.0,
+            intra_small_latency_us=29.0,
+            intra_small_fraction=0.64,
             inter_gbps=46.0,
             inter_latency_us=100.0,
             source="DGX H100: NVLink4 ring 370 / NVLS 480 GB/s busbw (nccl-tests#212); 8x CX-7 400 Gb/s",
@@ -95,6 +108,8 @@ PRESETS: dict[str, ClusterSpec] = {
             intra_gbps=370.0,
             intra_latency_us=76.0,
             nvls_gbps=470.0,
+            intra_small_latency_us=29.0,
+            intra_small_fraction=0.64,
             inter_gbps=46.0,
             inter_latency_us=100.0,
             source="ND H200 v5 all_reduce (Azure AI-benchmarking-guide); 8x CX-7 400 Gb/s",
@@ -104,6 +119,8 @@ PRESETS: dict[str, ClusterSpec] = {
             gpus_per_node=8,
             intra_gbps=223.0,
             intra_latency_us=220.0,
+            intra_small_latency_us=41.0,
+            intra_small_fraction=0.60,
             inter_gbps=23.0,
             inter_latency_us=100.0,
             source="ND A100 v4 all_reduce (Azure AI-benchmarking-guide); 8x HDR 200 Gb/s",
@@ -113,6 +130,8 @@ PRESETS: dict[str, ClusterSpec] = {
             gpus_per_node=72,
             intra_gbps=653.0,
             intra_latency_us=36.0,
+            intra_small_latency_us=6.0,
+            intra_small_fraction=0.19,
             inter_gbps=46.0,
             inter_latency_us=100.0,
             source="ND GB200 v6 all_reduce, 4 GPUs (Azure AI-benchmarking-guide); 1x CX-7 400 Gb/s per GPU",
@@ -123,8 +142,12 @@ PRESETS: dict[str, ClusterSpec] = {
             intra_gbps=370.0,
             intra_latency_us=76.0,
             nvls_gbps=480.0,
+            intra_small_latency_us=29.0,
+            intra_small_fraction=0.64,
             inter_gbps=23.0,
             inter_latency_us=930.0,
+            inter_small_latency_us=137.0,
+            inter_small_fraction=0.10,
             source="GCP A3 Mega, 2x8 H100, 8x 200 Gb/s GPUDirect-TCPXO: all_reduce_perf 16 ranks",
         ),
     )
@@ -199,9 +222,18 @@ def _validate(spec: ClusterSpec, where: str = "cluster") -> None:
     for key in ("gpus_per_node", "intra_gbps", "inter_gbps"):
         if not getattr(spec, key) > 0:
             raise ClusterError(f"{where}: {key} must be positive, not {getattr(spec, key)!r}")
-    for key in ("intra_latency_us", "inter_latency_us", "nvls_gbps"):
+    for key in (
+        "intra_latency_us",
+        "inter_latency_us",
+        "nvls_gbps",
+        "intra_small_latency_us",
+        "inter_small_latency_us",
+    ):
         if getattr(spec, key) < 0:
             raise ClusterError(f"{where}: {key} must not be negative, not {getattr(spec, key)!r}")
+    for key in ("intra_small_fraction", "inter_small_fraction"):
+        if not 0 <= getattr(spec, key) <= 1:
+            raise ClusterError(f"{where}: {key} must be in 0..1, not {getattr(spec, key)!r}")
     if spec.ranks_per_node < 0 or spec.ranks_per_node > spec.gpus_per_node:
         raise ClusterError(
             f"{where}: ranks_per_node {spec.ranks_per_node} must be 1..gpus_per_node ({spec.gpus_per_node})"

@@ -114,6 +114,7 @@ def seconds_expr(cluster: ClusterSpec) -> tuple[pl.Expr, pl.Expr]:
         .then(alpha)
         .otherwise(0.0)
     )
+    seconds = _small_messages(seconds, alpha, one_node, cluster)
     algo = (
         pl.when(pl.col("n") <= 1)
         .then(pl.lit("local"))
@@ -130,6 +131,21 @@ def seconds_expr(cluster: ClusterSpec) -> tuple[pl.Expr, pl.Expr]:
         .otherwise(pl.lit(None, dtype=pl.String))
     )
     return seconds.alias("seconds"), algo.alias("algo")
+
+
+def _small_messages(seconds: pl.Expr, alpha: pl.Expr, one_node: pl.Expr, cluster: ClusterSpec) -> pl.Expr:
+    """NCCL's low-latency protocols (LL, LL128) for small messages: a smaller alpha, a share of
+    the bandwidth; the faster of the two wins, as NCCL's tuner picks per size. Off (fraction 0)
+    for a link class without a fit."""
+
+    def small(lat: float, frac: float) -> pl.Expr:
+        if frac <= 0:
+            return seconds
+        return pl.min_horizontal(seconds, lat * 1e-6 + (seconds - alpha).clip(lower_bound=0) / frac)
+
+    inside = small(cluster.intra_small_latency_us, cluster.intra_small_fraction)
+    across = small(cluster.inter_small_latency_us, cluster.inter_small_fraction)
+    return pl.when(one_node).then(inside).otherwise(across)
 
 
 def op_seconds(frame: pl.DataFrame, cluster: ClusterSpec, groups: pl.DataFrame) -> pl.DataFrame:

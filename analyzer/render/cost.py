@@ -62,7 +62,9 @@ def console(con: Console, runs: list[Run]) -> None:
             f"{spec.per_node} ranks per node ({-(-run.world_size // spec.per_node)} node(s)); per step, averaged over "
             f"{c.steps} step(s); times in ms"
         )
-        if len(runs) == 1:
+        if c.table.is_empty():
+            con.print("no collectives or p2p recorded: nothing to price")
+        elif len(runs) == 1:
             _breakdown(con, c)
     if len(runs) > 1:
         _side_by_side(con, runs)

@@ -271,3 +271,31 @@ def test_cli_what_if_json():
     assert serial[1] > serial[0] and serial[3] > serial[2]
     r = _analyzer("cost", "traces/hsdp_tp.trace")
     assert r.returncode == 0 and "rank class 1" in r.stdout
+
+
+def test_report_plots_time_next_to_bytes():
+    from analyzer.render.html import render
+    from analyzer.report import ReportInputs, build_report
+
+    trace = load(os.path.join(ROOT, "traces", "hsdp_tp.trace"))
+    rep = build_report(trace, ReportInputs(source="hsdp_tp.trace", cluster=PRESETS["h100-dgx"]))
+    assert rep.cost is not None and rep.cost.worst["serial"] > 0
+    page = render(rep)
+    assert "plot-volume" in page and "plot-time" in page and "Time per step on h100-dgx" in page
+    assert "plot-time" not in render(build_report(trace, ReportInputs(source="hsdp_tp.trace")))
+
+
+def test_small_message_regime(tmp_path):
+    """min(alpha + beta, alpha_small + beta / share): 8 KiB takes the small path, 1 GiB the big."""
+    p = tmp_path / "small.toml"
+    p.write_text(SIMPLE + "intra_small_latency_us = 2.0\nintra_small_fraction = 0.5\n")
+    c = load_cluster(str(p))
+    beta = 2 * 7 / 8 * 8192 / 100e9
+    assert collective_seconds("all_reduce", 8192, 8, c) == pytest.approx(2e-6 + beta / 0.5)
+    beta = 2 * 7 / 8 * GiB / 100e9
+    assert collective_seconds("all_reduce", GiB, 8, c) == pytest.approx(10e-6 + beta)
+    # across nodes no small regime was given: unchanged
+    assert collective_seconds("send", 8192, 2, c, nodes=2) == pytest.approx(20e-6 + 8192 / 10e9)
+    p.write_text(SIMPLE + "intra_small_fraction = 1.5\n")
+    with pytest.raises(ClusterError, match="intra_small_fraction must be in 0..1"):
+        load_cluster(str(p))
