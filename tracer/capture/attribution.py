@@ -6,10 +6,11 @@ all-reduce / reduce-scatter / all-gather runs in one: a module that has forward 
 gets one more, kept last among them (`_Leave`), which is where it leaves the stack instead, so
 what its hooks issue is filed under it (as CommDebugMode files it). Pre-hooks need nothing: the
 global pre-hook runs before the module's own. Backward: each module's final output (after its
-own hooks) gets a grad_fn prehook that marks the module whose backward autograd just entered
-(the innermost one when modules share an output) (torch's ModTracker does this with multi-grad hooks, which cost ~5x more per module and
-made recording visibly slower on small models). FSDP2's param groups name their own unit (see
-patches._install_fsdp), which beats both. Steps are counted with the global optimizer hooks.
+own hooks) gets a grad_fn prehook that marks the module whose backward autograd just entered,
+the innermost one when modules share an output (torch's ModTracker does this with multi-grad
+hooks, which cost ~5x more per module and made recording visibly slower on small models).
+FSDP2's param groups name their own unit (see patches._install_fsdp), which beats both. Steps
+are counted with the global optimizer hooks.
 """
 
 from __future__ import annotations
