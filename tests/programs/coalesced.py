@@ -34,6 +34,7 @@ with _coalescing_manager(group=g):
 dist.all_gather_into_tensor(out_a, a)
 dist.reduce_scatter_tensor(a, out_a)
 funcol.wait_tensor(funcol.all_gather_tensor(a, 0, g))
+funcol.wait_tensor(torch.ops._c10d_functional.reduce_scatter_tensor_out(out_a, "sum", n, g.group_name, out=a))
 (x,) = funcol.all_gather_single_coalesced([a], g)
 (y,) = funcol.reduce_scatter_single_coalesced([out_a], "sum", [0], g)
 funcol.wait_tensor(x), funcol.wait_tensor(y)

@@ -3,7 +3,7 @@ issues c10d's *_coalesced ops even for one tensor), with one batch id per manage
 local mode; the checks find nothing in them and they replay on gloo."""
 
 import pytest
-from conftest import stream
+from conftest import program, stream
 
 from analyzer.checks import run_checks
 from analyzer.loader import load
@@ -13,15 +13,34 @@ AG, RS, AR = "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"
 COMM = (AG, AG + "_coalesced", RS, RS + "_coalesced", AR + "_coalesced")
 
 
-@pytest.mark.parametrize("mode", ["fake", "local"])
-def test_coalescing_manager_records_the_coalesced_op_torch_dispatches(recorded, mode):
+def _fake_compute(tmp_path) -> str:
+    from tracer.record.pipeline import record
+    from tracer.record.program import Program
+    from tracer.record.request import RecordRequest
+
+    out = str(tmp_path / "coalesced-fake-compute.trace")
+    res = record(
+        RecordRequest(
+            program=Program(script=program("coalesced")), world_size=4, out=out, compute="fake", progress=False
+        )
+    )
+    assert res.errors == {}, res.errors
+    return out
+
+
+@pytest.mark.parametrize("mode", ["fake", "local", "fake compute"])
+def test_coalescing_manager_records_the_coalesced_op_torch_dispatches(recorded, tmp_path, mode):
     # coalesced.py on 4 ranks, a = ones(4), b = ones(2), gathered into 16 / 8 elements. Each
     # manager issues one op at its exit, with its own batch id (0-4): the single all-gather,
     # reduce-scatter and all-reduce included; the async manager's op is waited by cm.wait().
-    # Outside a manager: the plain c10d ops, the plain functional all-gather (async, waited),
-    # the functional *_coalesced ones with one tensor (async, waited), all_reduce_coalesced.
-    path, res = recorded("coalesced", 4, mode)
-    assert res.errors == {}
+    # Outside a manager: the plain c10d ops, the plain functional all-gather and
+    # reduce_scatter_tensor_out (async, waited), the functional *_coalesced ones with one tensor
+    # (async, waited), all_reduce_coalesced.
+    if mode == "fake compute":
+        path = _fake_compute(tmp_path)
+    else:
+        path, res = recorded("coalesced", 4, mode)
+        assert res.errors == {}
     t = load(path)
     expected = [
         (AG + "_coalesced", 0, [[4]], [[16]], None, 0),
@@ -32,6 +51,7 @@ def test_coalescing_manager_records_the_coalesced_op_torch_dispatches(recorded, 
         (AG, -1, [[4]], [[16]], None, 0),
         (RS, -1, [[16]], [[4]], "sum", 0),
         (AG, -1, [[4]], [[16]], None, 1),
+        (RS, -1, [[16]], [[4]], "sum", 1),
         (AG + "_coalesced", -1, [[4]], [[16]], None, 1),
         (RS + "_coalesced", -1, [[16]], [[4]], "sum", 1),
         (AR + "_coalesced", -1, [[4], [2]], [[4], [2]], "sum", 0),
@@ -45,7 +65,7 @@ def test_coalescing_manager_records_the_coalesced_op_torch_dispatches(recorded, 
         ]
         assert got == expected
         waited = [events[e["ref"]]["op"] for e in events if e["op"] == "wait"]
-        assert waited == [AG + "_coalesced", AG, AG + "_coalesced", RS + "_coalesced"]
+        assert waited == [AG + "_coalesced", AG, RS, AG + "_coalesced", RS + "_coalesced"]
     assert run_checks(t).findings == []
 
 

@@ -50,6 +50,7 @@ _FUNCTIONAL = {
     "_c10d_functional::all_gather_into_tensor_out": "all_gather_into_tensor",
     "_c10d_functional::all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
     "_c10d_functional::reduce_scatter_tensor": "reduce_scatter_tensor",
+    "_c10d_functional::reduce_scatter_tensor_out": "reduce_scatter_tensor",
     "_c10d_functional::reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
     "_c10d_functional::all_to_all_single": "all_to_all_single",
     "_c10d_functional::broadcast": "broadcast",
