@@ -10,6 +10,7 @@ import torch
 import typing_extensions
 from conftest import PROGRAMS, REPO, program, stream
 
+from analyzer.checks import run_checks
 from analyzer.loader import load
 from tracer.capture.attribution import is_user_path
 
@@ -98,6 +99,7 @@ def test_rowwise_output_all_reduce_is_filed_under_its_module(tmp_path, mode, com
     setup = [("scatter", "", "other", s) for s in ([[4, 8]], [[4]], [[8, 4]])] + [("broadcast", "", "other", [[8]])]
     for rank in range(4):
         assert _comm(t, rank) == [*setup, ("all_reduce", "net2", "forward", [[4, 8]])]
+    assert run_checks(t).findings == []
 
 
 @pytest.mark.parametrize("mode,compute", MODES)
@@ -129,3 +131,4 @@ def test_every_tp_hook_files_its_collective_under_its_module(tmp_path, mode, com
     ]
     for rank in range(4):
         assert _comm(t, rank) == expected
+    assert run_checks(t).findings == []
