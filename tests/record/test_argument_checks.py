@@ -50,6 +50,34 @@ def test_rejected_arguments_fail_the_rank_at_its_line(recorded, mode, name, line
     assert found[0]["message"].startswith(f"ranks 0-3 raised: {why} {where} (2 events kept)")
 
 
+def test_one_ranks_bad_arguments_fail_that_rank_in_both_modes(recorded):
+    """Rank 2's own splits (a per-rank value in local mode) are wrong: rank 2 is the failed rank
+    with torch's reason in both modes; in fake mode the others go on (and rank 2 misses the
+    collective they issue), in local mode they stop with it, saying so."""
+    why = (
+        "RuntimeError: Split sizes doesn't match total dim 0 size (all_to_all_single: input_split_sizes "
+        "[2, 1, 1, 1] sum to 5, the input's dim 0 is 4) (tests/programs/raises_a2a_one_rank.py:16 in <module>)"
+    )
+    for mode, others in (("fake", []), ("local", [0, 1, 3])):
+        path, res = recorded("raises_a2a_one_rank", 4, mode)
+        assert sorted(res.errors) == sorted([2, *others]) and why in res.errors[2], res.errors
+        found = json.loads(run_tracer("analyzer", "check", path, "--json").stdout)["findings"]
+        kinds = sorted((f["kind"], f["culprit_ranks"]) for f in found)
+        mine = next(f for f in found if f["kind"] == "failed_rank" and f["culprit_ranks"] == [2])
+        assert mine["message"].startswith(f"rank 2 raised: {why}")
+        if mode == "fake":
+            assert kinds == [("failed_rank", [2]), ("missing_collective", [2])]
+        else:
+            assert kinds == [("failed_rank", [0, 1, 3]), ("failed_rank", [2])]
+            assert res.errors[0].startswith(
+                "rank 0: stopped with rank 2, whose arguments were rejected (local mode runs every rank in one process)"
+            )
+            from tracer.record.result import failure_lines
+
+            assert failure_lines(res.failures)[0].startswith(f"rank 2: {why}")
+            assert failure_lines(res.failures)[1].startswith("3 more ranks failed: 0-1,3 (stopped with it")
+
+
 # ---- the rules, one rank's view ---------------------------------------------------------------
 def _t(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype)

@@ -101,8 +101,7 @@ def _gather_into_tensor(op, size, rank, ins, outs, root, splits) -> None:
     for i, o in zip(ins, outs):
         if i.dtype != o.dtype:
             raise TypeError(
-                f"output tensor must have the same type as input tensor ({op}: {_dtype(o)} output, "
-                f"{_dtype(i)} input)"
+                f"output tensor must have the same type as input tensor ({op}: {_dtype(o)} output, {_dtype(i)} input)"
             )
         if i.numel() * size != o.numel():
             raise ValueError(
@@ -150,9 +149,8 @@ def _one_per_member(op, size, rank, mine, per_member: list, side: str, index: in
             )
         for i, t in enumerate(per_member):  # all_gather_v / reduce_scatter_v: sizes of their own, one dtype
             if t.dtype != mine.dtype:
-                raise RuntimeError(
-                    f"{op}: invalid tensor type at index {i} (expected {_dtype(mine)}, got {_dtype(t)}) in the {side} list"
-                )
+                expected = f"(expected {_dtype(mine)}, got {_dtype(t)})"
+                raise RuntimeError(f"{op}: invalid tensor type at index {i} {expected} in the {side} list")
     _same_device(op, [mine, *per_member])
 
 
@@ -186,9 +184,7 @@ def _all_gather_coalesced(op, size, rank, ins, outs, root, splits) -> None:
                     f"{op}: invalid size of output tensor at index {i} (expected length {_shape(t)}, got {_shape(o)})"
                 )
             if o.dtype != t.dtype:
-                raise RuntimeError(
-                    f"{op}: invalid tensor type at index {i} (expected {_dtype(t)}, got {_dtype(o)})"
-                )
+                raise RuntimeError(f"{op}: invalid tensor type at index {i} (expected {_dtype(t)}, got {_dtype(o)})")
 
 
 def _rooted_list(op, size, rank, ins, outs, root, splits) -> None:

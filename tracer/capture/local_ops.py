@@ -211,7 +211,9 @@ def _backend_args(name: str, a: dict) -> tuple[str, list, list, dict]:
     if name in _C10D:
         op = _C10D[name]
         ins = next((a[k] for k in ("input_tensors", "input_tensor", "inputs", "input_list", "input") if k in a), None)
-        outs = next((a[k] for k in ("output_tensors", "output_tensor", "outputs", "output_lists", "output") if k in a), None)
+        outs = next(
+            (a[k] for k in ("output_tensors", "output_tensor", "outputs", "output_lists", "output") if k in a), None
+        )
         if ins is None:  # in place: the tensors are both
             ins = outs = a.get("tensors", [])
         kw: dict = {"root": int(a["root_rank"])} if "root_rank" in a else {}
@@ -248,12 +250,10 @@ def _check(name: str, a: dict) -> None:
     failed = []
     for group in _local_groups(pg):
         for i, r in enumerate(group):
-            splits = kw.get("splits")
-            view = dict(kw, splits=arg_checks.local_view(splits, r, _view)) if splits is not None else kw
+            mine = dict(kw, splits=arg_checks.local_view(kw["splits"], r, _view)) if "splits" in kw else kw
             try:
-                arg_checks.check(
-                    op, len(group), i, arg_checks.local_view(ins, r, _view), arg_checks.local_view(outs, r, _view), **view
-                )
+                ins_r, outs_r = arg_checks.local_view(ins, r, _view), arg_checks.local_view(outs, r, _view)
+                arg_checks.check(op, len(group), i, ins_r, outs_r, **mine)
             except (RuntimeError, ValueError, TypeError) as e:
                 first = first or e
                 failed.append(r)
