@@ -122,3 +122,21 @@ def test_all_gather_coalesced_values_per_rank():
                 assert outs[k][1]._local_tensors[r].tolist() == [10.0 * (first + k)] * 3
     finally:
         dist.destroy_process_group()
+
+
+def test_a_scatter_whose_list_local_mode_cannot_hold_is_refused_in_one_line(recorded):
+    """Rooted at rank 1, the scatter list is only in rank 1's Python; local mode used to record
+    the scatter with its outputs left as they were (wrong values, silently)."""
+    path, res = recorded("local_scatter_root", 4, "local")
+    assert res.errors.keys() == {0, 1, 2, 3}
+    assert res.errors[0].startswith(
+        "rank 0: RecordError: local mode cannot record this scatter: its root (src 1 of its group) holds the "
+        "scatter list, and local mode runs rank 0's Python (a non-root here) for every rank; root it at rank 0, "
+        "or record this program with --mode fake (tests/programs/local_scatter_root.py:11 in <module>)"
+    )
+    assert "scatter" not in [e["op"] for e in stream(load(path), 0)]
+    path, res = recorded("local_scatter_root", 4, "fake")
+    assert res.errors == {}
+    assert [sig(e) for e in stream(load(path), 2) if e["op"] == "scatter"] == [
+        ("scatter", "tp", 0, 1, F32, [], [[2, 1]], None, 0)
+    ]
