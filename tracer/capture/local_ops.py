@@ -140,8 +140,9 @@ def install(p: Patcher, rec: Recorder) -> None:
     rec.siblings = lambda pg, g: _siblings(rec, pg, g)
     orig = LocalTensorMode.__torch_dispatch__
     # Functional collectives are waited on through another LocalTensor over the same storage,
-    # so pending waits are keyed by the storage of the output's first shard.
-    waits: dict[int, dict[int, int]] = {}
+    # so pending waits are keyed by the storage of the output's first shard. A coalesced op's
+    # outputs share one entry: its wait is recorded once, at the first (as a Work's is).
+    waits: dict[int, list[dict[int, int]]] = {}
     live: set = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -161,9 +162,9 @@ def install(p: Patcher, rec: Recorder) -> None:
             # That dispatch is the op; this one is neither run nor recorded
             return orig(self, func, types, args, kwargs)
         if name == "_c10d_functional::wait_tensor":
-            indices = waits.pop(_storage_key(args[0]), None)
-            if indices:
-                rec.waited(indices)
+            pending = waits.pop(_storage_key(args[0]), None)
+            if pending:
+                rec.waited(pending.pop())
             return orig(self, func, types, args, kwargs)
         if name not in _C10D and name not in _FUNCTIONAL:
             return orig(self, func, types, args, kwargs)
@@ -189,8 +190,9 @@ def install(p: Patcher, rec: Recorder) -> None:
                 work = dist.Work.boxed(RecordingWork(rec, indices, True, keep=live, outputs=outs))
                 return (result[0], work) if pair else work
             return result
+        pending = [indices]
         for t in _flat(result):
-            waits[_storage_key(t)] = indices
+            waits[_storage_key(t)] = pending
         return result
 
     p.set(LocalTensorMode, "__torch_dispatch__", __torch_dispatch__)
