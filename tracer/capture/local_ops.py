@@ -229,8 +229,9 @@ def _backend_args(name: str, a: dict) -> tuple[str, list, list, dict]:
         kw["splits"] = (list(a["input_split_sizes"] or []), list(a["output_split_sizes"] or []))
     if "out" in a:
         return op, ins, _one(a["out"]), kw
-    # the op makes its output to fit: only an all_to_all_single's input side can be wrong
-    return op, ins if op == "all_to_all_single" else [], [], kw
+    # the op makes its output to fit: only an all_to_all_single's input side can be wrong (not
+    # DTensor's shard_dim_alltoall: it cuts along its shard dim, dim 0 need not divide)
+    return op, ins if name == "_c10d_functional::all_to_all_single" else [], [], kw
 
 
 def _check(name: str, a: dict) -> None:
