@@ -99,14 +99,15 @@ def run_job(job: Job) -> int:
         if job.mode == "local":
             from torch.distributed._local_tensor import LocalTensorMode
 
-            from tracer.capture import fsdp_local, local_ops, rank_reads
+            from tracer.capture import fsdp_local, local_ops, local_rng, rank_reads
 
             local_ops.install(p, rec)
+            local_rng.install(p)
             fsdp_local.install(p)
             rank_reads.install(p, rec)
             rec.attribution.install()
             with LocalTensorMode(job.world_size):
-                job.program.run()
+                job.program.run(init_globals={"int": rank_reads.ProgramInt})
         else:
             from tracer.capture import object_collectives
             from tracer.capture.channel import Channel, channel_dir
@@ -151,6 +152,11 @@ def run_job(job: Job) -> int:
             rec.attribution.uninstall()
         except Exception:
             pass
+        if job.mode == "local":
+            from tracer.capture import rank_branch, rank_reads
+
+            rank_branch.finish_all()
+            rank_reads.uninstall()
         rec.close(status, error)
         from tracer.capture import process_group
 
