@@ -212,12 +212,12 @@ def _in_rank0_branch(orig, mode, func, types, args, kwargs):
         local = args[0]._local_tensors
         return local[min(local)].item()
     if torch.Tag.nondeterministic_seeded in func.tags:
-        raise branch.refuse(f"draws random numbers ({func.__name__})", user_site(1))
+        raise branch.refuse(f"draws random numbers ({func})", user_site(1))
     if func._schema.is_mutable:
         for arg, value in zip(func._schema.arguments, [*args, *[kwargs.get(a.name) for a in func._schema.arguments[len(args):]]]):
             written = arg.alias_info is not None and arg.alias_info.is_write
             if written and isinstance(value, torch.Tensor) and value not in branch.fresh:
-                raise branch.refuse(f"writes a tensor ({func.__name__})", user_site(1))
+                raise branch.refuse(f"writes a tensor ({func})", user_site(1))
     out = orig(mode, func, types, args, kwargs)
     for t in _flat(out):
         if isinstance(t, torch.Tensor):

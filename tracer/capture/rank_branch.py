@@ -150,7 +150,10 @@ def _if_at(tree: ast.Module, f) -> tuple[ast.If | None, ast.AST | None]:
             if not _contains_lines(child, line):
                 continue
             inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope
-            if isinstance(child, ast.If) and _contains(child.test, line, col):
+            # a jump's position is the test's, or (an `and` / `or` operand) the whole statement's
+            if isinstance(child, ast.If) and (
+                _contains(child.test, line, col) or (child.lineno, child.col_offset) == (line, col)
+            ):
                 best = (child, scope)
             visit(child, inner)
 
