@@ -21,6 +21,7 @@ a = torch.rand(3)
 torch.set_rng_state(state)            # a real run draws `a` again
 b = torch.rand(3)
 torch.manual_seed(7)
+torch.nn.Linear(4, 2)
 y = torch.randn(8, 4)                 # == x
 dump("x", x)
 dump("dropped", dropped)

@@ -62,4 +62,6 @@ elif use == "random":
 elif use == "while":
     while rank > 0:
         rank = rank - 1
+elif use == "generator_seed":
+    g = torch.Generator().manual_seed(1000 + rank)
 dist.all_reduce(w)

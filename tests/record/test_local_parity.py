@@ -15,8 +15,7 @@ import subprocess
 import sys
 
 import pytest
-
-from tests.conftest import BIN, REPO, program
+from conftest import BIN, REPO, program
 
 PARITY = ("parity_generator", "parity_global_seed", "parity_rank_seed", "parity_rank0_print", "parity_rank_shape")
 
@@ -69,7 +68,11 @@ def test_local_mode_computes_what_the_real_run_computes(real, name, tmp_path):
     want = _values(real / name)
     assert sorted(got) == sorted(want) and len(want) >= 12
     differ = [key for key in sorted(want) if not _same(want[key], got[key])]
-    assert differ == [], (differ[:4], [want[k]["values"][:4] for k in differ[:2]], [got[k]["values"][:4] for k in differ[:2]])
+    assert differ == [], (
+        differ[:4],
+        [want[k]["values"][:4] for k in differ[:2]],
+        [got[k]["values"][:4] for k in differ[:2]],
+    )
 
 
 def _across_ranks(values: dict[str, dict], name: str) -> list:
@@ -133,10 +136,14 @@ def test_every_rank_read_is_judged_by_one_rule(recorded, read, label):
         ("index", f"used as one Python number at {USES}:42)"),
         ("object", f"sent as a Python object (pickled) at {USES}:45)"),
         ("else", f"branched on at {USES}:47; the ranks take different sides of an if/else)"),
-        ("escape", f"branched on at {USES}:53; rank 0 alone sets `lr` at {USES}:54, read after the branch at {USES}:55)"),
+        (
+            "escape",
+            f"branched on at {USES}:53; rank 0 alone sets `lr` at {USES}:54, read after the branch at {USES}:55)",
+        ),
         ("write", f"branched on at {USES}:57; rank 0 alone writes a tensor (aten.mul_.Tensor) at {USES}:58)"),
         ("random", f"branched on at {USES}:60; rank 0 alone draws random numbers (aten.randn.default) at {USES}:61)"),
         ("while", f"branched on at {USES}:63; only the test of an `if` that rank 0 alone enters"),
+        ("generator_seed", "passed where torch takes one Python int (manual_seed expected a long, but got RankInt)"),
     ],
 )
 def test_rank_uses_local_mode_cannot_carry_are_refused(recorded, use, why):

@@ -214,7 +214,9 @@ def _in_rank0_branch(orig, mode, func, types, args, kwargs):
     if torch.Tag.nondeterministic_seeded in func.tags:
         raise branch.refuse(f"draws random numbers ({func})", user_site(1))
     if func._schema.is_mutable:
-        for arg, value in zip(func._schema.arguments, [*args, *[kwargs.get(a.name) for a in func._schema.arguments[len(args):]]]):
+        for arg, value in zip(
+            func._schema.arguments, [*args, *[kwargs.get(a.name) for a in func._schema.arguments[len(args) :]]]
+        ):
             written = arg.alias_info is not None and arg.alias_info.is_write
             if written and isinstance(value, torch.Tensor) and value not in branch.fresh:
                 raise branch.refuse(f"writes a tensor ({func})", user_site(1))

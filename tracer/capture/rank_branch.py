@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import sys
 import weakref
+from typing import Any
 
 from tracer.capture.rank_values import RankBool, refusal, rel
 
@@ -74,7 +75,8 @@ class _Branch:
         self.last_line = node.end_lineno or node.lineno
         self.fresh: weakref.WeakSet = weakref.WeakSet()
         """Tensors made inside the branch (writing them changes nothing outside it)."""
-        self.prev_global = self.prev_local = None
+        self.prev_global: Any = None
+        self.prev_local: Any = None
 
     def start(self) -> None:
         self.prev_global, self.prev_local = sys.gettrace(), self.frame.f_trace

@@ -25,8 +25,8 @@ import sys
 from types import FrameType
 
 import torch.distributed as dist
-from torch.distributed._local_tensor import _LocalDeviceMesh
 from torch.distributed._local_tensor import _c10d as local_c10d
+from torch.distributed._local_tensor import _LocalDeviceMesh
 
 from tracer.capture import rank_values
 from tracer.capture.patches import Patcher

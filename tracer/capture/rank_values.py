@@ -24,6 +24,9 @@ from __future__ import annotations
 import operator
 import os
 import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import torch
 from torch.distributed._local_tensor import ConstantIntNode, LocalIntNode
@@ -55,8 +58,8 @@ _USER_CODE: list = [None]
 
 def user_site(depth: int = 1) -> str:
     """'path:line' of the innermost frame of the program's own code above the caller."""
-    f = sys._getframe(depth + 1)
-    first = f
+    f: FrameType | None = sys._getframe(depth + 1)
+    first = sys._getframe(depth + 1)
     is_user = _USER_CODE[0]
     while f is not None:
         if is_user is not None and is_user(f.f_code):
@@ -84,7 +87,7 @@ class RankNode(LocalIntNode):
 
     read: str
 
-    def __new__(cls, local_ints: dict[int, int], read: str):  # type: ignore[misc]
+    def __new__(cls, local_ints: dict[int, int], read: str):
         return super().__new__(cls, local_ints)
 
     def __init__(self, local_ints: dict[int, int], read: str):
@@ -98,10 +101,16 @@ class RankNode(LocalIntNode):
     guard_size_oblivious = statically_known_true = require_int = _one
 
 
+LAST_READ: list[str | None] = [None]
+"""The read of the RankInt made last: named when torch's C++ rejects a RankInt (it takes only a
+plain int there, e.g. `torch.Generator().manual_seed(seed + rank)`) and says only its type."""
+
+
 def make(values: dict[int, int], read: str):
     """A RankInt over `values`, or the plain int where every rank has the same."""
     if len(set(values.values())) == 1:
         return next(iter(values.values()))
+    LAST_READ[0] = read
     return RankInt(RankNode(values, read), read)
 
 
@@ -122,7 +131,7 @@ def _arith(name: str):
     return method
 
 
-_OPS = {
+_OPS: dict[str, Callable[..., Any]] = {
     "__add__": operator.add,
     "__radd__": operator.add,
     "__sub__": operator.sub,

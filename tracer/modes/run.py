@@ -214,6 +214,10 @@ def one_line_error(e: BaseException, rec) -> str:
             where = code_where.format(fs.lineno)
             break
     text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    if isinstance(e, (TypeError, RuntimeError)) and "RankInt" in msg:  # torch's C++ takes only a plain int
+        from tracer.capture.rank_values import LAST_READ, refusal
+
+        text = str(refusal(LAST_READ[0] or "a rank read", f"passed where torch takes one Python int ({msg})"))
     if isinstance(e, AssertionError) and PER_RANK_PYTHON_VALUE in msg:  # LocalTensor's own words
         text = (
             "a Python number read from a tensor whose value differs across ranks (float(loss), .item(), "
