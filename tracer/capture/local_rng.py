@@ -26,6 +26,7 @@ import weakref
 import torch
 import torch.distributed._local_tensor as lt
 import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
 
 from tracer.capture.patches import Patcher
 
@@ -36,7 +37,7 @@ class _Book:
     __slots__ = ("left", "states")
 
     def __init__(self, state: torch.Tensor, ranks):
-        self.states = {r: state.clone() for r in ranks}
+        self.states = {r: _clone(state) for r in ranks}
         self.left = state
 
 
@@ -50,7 +51,7 @@ _DEFAULT_LEFT: list = [None]
 def _book(g: torch.Generator, ranks) -> _Book:
     now = g.get_state()
     book = _BOOKS.get(g)
-    if book is None or not torch.equal(book.left, now) or set(book.states) != set(ranks):
+    if book is None or not _equal(book.left, now) or set(book.states) != set(ranks):
         book = _BOOKS[g] = _Book(now, ranks)  # new, or reseeded / set by the program since
     return book
 
@@ -61,6 +62,8 @@ def install(p: Patcher) -> None:
     orig_map = lt._map_to_rank_local_val
 
     def for_each_rank(func, ranks, args, kwargs, **kw):
+        if lt._is_in_fake_tensor_mode():  # shapes only (DTensor's propagation): no draws to keep
+            return orig_run(func, ranks, args, kwargs, **kw)
         lm = lt.enabled_local_tensor_mode()
         if lm is not None and lm._per_rank_rng_states:
             _follow_default(lm)
@@ -84,7 +87,7 @@ def install(p: Patcher) -> None:
                     book.states[last[0]] = g.get_state()
                 first = min(book.states)
                 g.set_state(book.states[first])  # the program's Python is rank 0's
-                book.left = book.states[first].clone()
+                book.left = _clone(book.states[first])
         _left_default(lm)
         return out
 
@@ -125,12 +128,23 @@ def _follow_default(lm) -> None:
     if left is None:
         return
     now = torch.get_rng_state()
-    if not torch.equal(now, left):
+    if not _equal(now, left):
         for r in lm.ranks:
             cpu, accel = lm._per_rank_rng_states[r]
-            lm._per_rank_rng_states[r] = (now.clone(), accel)
+            lm._per_rank_rng_states[r] = (_clone(now), accel)
 
 
 def _left_default(lm) -> None:
     if lm is not None and lm._per_rank_rng_states:
         _DEFAULT_LEFT[0] = torch.get_rng_state()
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # generator states are plain byte tensors: compared as bytes, outside any dispatch mode (a
+    # FakeTensorMode may be on: DTensor's propagation), in microseconds (this runs on every op)
+    return a.numpy().tobytes() == b.numpy().tobytes()
+
+
+def _clone(t: torch.Tensor) -> torch.Tensor:
+    with _disable_current_modes():
+        return t.clone()
