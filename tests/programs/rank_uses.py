@@ -64,4 +64,9 @@ elif use == "while":
         rank = rank - 1
 elif use == "generator_seed":
     g = torch.Generator().manual_seed(1000 + rank)
+elif use == "sampler":  # torch.utils.data reads the rank itself to pick each rank's samples
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    data = TensorDataset(torch.arange(16.0))
+    for (batch,) in DataLoader(data, batch_size=2, sampler=DistributedSampler(data, shuffle=False)):
+        dist.all_reduce(batch)
 dist.all_reduce(w)

@@ -149,3 +149,11 @@ def test_every_rank_read_is_judged_by_one_rule(recorded, read, label):
 def test_rank_uses_local_mode_cannot_carry_are_refused(recorded, use, why):
     line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", use))[1])
     assert f"{ONE_RULE}dist.get_rank() at {USES}:18, {why}" in line and FAKE in line, line
+
+
+def test_a_distributed_sampler_is_refused_not_given_rank_0s_samples(recorded):
+    """DistributedSampler reads the rank inside torch.utils.data to pick each rank's samples:
+    before #31 every simulated rank silently got rank 0's shard of the data."""
+    line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", "sampler"))[1])
+    assert f"{ONE_RULE}dist.get_rank() at " in line and "torch/utils/data/distributed.py:" in line, line
+    assert f"used as one Python number at {USES}:70)" in line and FAKE in line, line

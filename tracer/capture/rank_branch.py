@@ -42,28 +42,42 @@ def decide(rb: RankBool, depth: int) -> bool:
     f = sys._getframe(depth + 1)
     path = f.f_code.co_filename
     site = f"{rel(path)}:{f.f_lineno}"
+    key = (f.f_code, f.f_lasti)
+    if key not in _JUDGED:  # the source's verdict on this branch, the same every time it runs
+        _JUDGED[key] = _judge(f, path)
+    node, why = _JUDGED[key]
+    if why is None and not first:
+        why = f"rank 0 skips the body other ranks run ({rel(path)}:{node.body[0].lineno})"
+    if why is not None:
+        raise refusal(rb.read, f"branched on at {site}", why)
+    _Branch(f, node, rb.read, site).start()
+    return first
+
+
+_JUDGED: dict = {}
+"""(code, instruction) -> (the `if`, None or why the source refuses it)."""
+
+
+def _judge(f, path: str) -> tuple:
     tree = _tree(path)
     node, scope = _if_at(tree, f) if tree is not None else (None, None)
-    use = f"branched on at {site}"
     if node is None or scope is None:
-        raise refusal(rb.read, use, "only the test of an `if` that rank 0 alone enters may depend on the rank")
+        return None, "only the test of an `if` that rank 0 alone enters may depend on the rank"
     if node.orelse:
-        raise refusal(rb.read, use, "the ranks take different sides of an if/else")
-    if not first or _negates(node.test):
-        raise refusal(rb.read, use, f"rank 0 skips the body other ranks run ({rel(path)}:{node.body[0].lineno})")
+        return node, "the ranks take different sides of an if/else"
+    if _negates(node.test):
+        return node, f"rank 0 skips the body other ranks run ({rel(path)}:{node.body[0].lineno})"
     leaves = _leaves(node)
     if leaves is not None:
-        raise refusal(rb.read, use, f"rank 0 alone leaves with `{leaves[0]}` at {rel(path)}:{leaves[1]}")
+        return node, f"rank 0 alone leaves with `{leaves[0]}` at {rel(path)}:{leaves[1]}"
     escape = _escapes(scope, node)
     if escape is not None:
         name, set_at, read_at = escape
-        raise refusal(
-            rb.read,
-            use,
+        return (
+            node,
             f"rank 0 alone sets `{name}` at {rel(path)}:{set_at}, read after the branch at {rel(path)}:{read_at}",
         )
-    _Branch(f, node, rb.read, site).start()
-    return first
+    return node, None
 
 
 class _Branch:
