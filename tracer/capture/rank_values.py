@@ -21,6 +21,7 @@ Printing a rank prints rank 0's (the one Python is rank 0's, as its own log line
 
 from __future__ import annotations
 
+import dis
 import operator
 import os
 import sys
@@ -203,7 +204,22 @@ class RankInt(torch.SymInt):
     def _refuse(self, *args, **kwargs):
         raise refusal(self.read, f"used as one Python number at {user_site(1)}")
 
-    __int__ = __index__ = __float__ = __complex__ = __round__ = __trunc__ = __floor__ = __ceil__ = _refuse
+    def __index__(self):
+        if _formatting(sys._getframe(1)):  # "rank %d" % rank: a log line, rank 0's as it prints
+            return self.first()
+        raise refusal(self.read, f"used as one Python number at {user_site(1)}")
+
+    def __int__(self):
+        if _formatting(sys._getframe(1)):
+            return self.first()
+        raise refusal(self.read, f"used as one Python number at {user_site(1)}")
+
+    def __float__(self):
+        if _formatting(sys._getframe(1)):
+            return float(self.first())
+        raise refusal(self.read, f"used as one Python number at {user_site(1)}")
+
+    __complex__ = __round__ = __trunc__ = __floor__ = __ceil__ = _refuse
     __truediv__ = __rtruediv__ = _refuse
 
     def __hash__(self):
@@ -219,6 +235,17 @@ class RankInt(torch.SymInt):
 
     def __format__(self, spec):
         return format(self.first(), spec)
+
+
+_BINARY_OP = dis.opmap.get("BINARY_OP", -1)
+_REMAINDER = (6, 19)  # NB_REMAINDER, NB_INPLACE_REMAINDER
+
+
+def _formatting(f) -> bool:
+    """Is frame f running `text % args` (printf-style formatting asks %d's value by __index__)?"""
+    code = f.f_code.co_code
+    i = f.f_lasti
+    return 0 <= i < len(code) - 1 and code[i] == _BINARY_OP and code[i + 1] in _REMAINDER
 
 
 class RankBool:
