@@ -43,4 +43,4 @@ for step in range(3):
     dump(f"loss{step}", loss)
 dump("weight", model.weight)
 dump("weight_grad", model.weight.grad)
-print("rank %d of %d finished" % (rank, world), flush=True)  # printf-style: rank 0's number, as it prints
+print("rank %d of %d finished" % (rank, world), flush=True)  # noqa: UP031 (printf-style on purpose)
