@@ -62,7 +62,9 @@ def install(p: Patcher) -> None:
     orig_map = lt._map_to_rank_local_val
 
     def for_each_rank(func, ranks, args, kwargs, **kw):
-        if lt._is_in_fake_tensor_mode():  # shapes only (DTensor's propagation): no draws to keep
+        if torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ()) or lt._is_in_fake_tensor_mode():
+            # no draw (so no generator argument, and the default generator's per-rank states stay
+            # as they are), or shapes only (DTensor's propagation under FakeTensorMode)
             return orig_run(func, ranks, args, kwargs, **kw)
         lm = lt.enabled_local_tensor_mode()
         if lm is not None and lm._per_rank_rng_states:
