@@ -15,7 +15,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BIN, REPO, program
+from conftest import BIN, REPO, program, stream
+
+from analyzer.loader import load
 
 PARITY = ("parity_generator", "parity_global_seed", "parity_rank_seed", "parity_rank0_print", "parity_rank_shape")
 
@@ -157,3 +159,34 @@ def test_a_distributed_sampler_is_refused_not_given_rank_0s_samples(recorded):
     line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", "sampler"))[1])
     assert f"{ONE_RULE}dist.get_rank() at " in line and "torch/utils/data/distributed.py:" in line, line
     assert f"used as one Python number at {USES}:70)" in line and FAKE in line, line
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        (
+            "log_branch",
+            "(dist.get_rank() at tests/programs/log_branch.py:7, branched on at tests/programs/log_branch.py:11; "
+            "rank 0 alone issues all_reduce at tests/programs/log_branch.py:12)",
+        ),
+        (
+            "rank_branch",
+            "(dist.get_rank() at tests/programs/rank_branch.py:8, branched on at tests/programs/rank_branch.py:8; "
+            "rank 0 skips the body other ranks run (tests/programs/rank_branch.py:9))",
+        ),
+    ],
+)
+def test_a_rank_branch_that_communicates_is_refused(recorded, name, why):
+    """Rank 0's logging all_reduce (log_branch) and rank 1's extra all_reduce (rank_branch): a
+    real run diverges, local mode refuses instead of recording one side for all."""
+    line = _refusal(recorded(name, 4, "local")[1])
+    assert why in line and FAKE in line, line
+
+
+def test_a_rank_read_in_a_value_is_carried(recorded):
+    """item_branch: `torch.ones(4) * (dist.get_rank() + 1)` is each rank's own (1..4, summed 10:
+    the branch on the reduced value is taken by every rank), recorded without refusal."""
+    path, res = recorded("item_branch", 4, "local")
+    assert res.errors == {}
+    t = load(path)
+    assert [[e["op"] for e in stream(t, r)].count("all_reduce") for r in range(4)] == [2, 2, 2, 2]
