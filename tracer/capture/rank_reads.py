@@ -9,9 +9,10 @@ torch.utils.data's reads: a DistributedSampler picks the program's data) it gets
 torch's own reads (its set-up, DDP, FSDP, DTensor) get rank 0's plain int, as LocalTensor expects.
 
 `int(os.environ["RANK"])`: CPython turns what `str.__int__` returns into a plain int, so the
-program's modules get commtrace's `int` in their globals (`ProgramInt`, an `int` for isinstance,
-which answers a RankInt for a rank's text); a module it could not reach in time (the first read of
-a module imported before the recording) falls back to reading the program's source.
+script runs with commtrace's `int` in its namespace (`ProgramInt`: the builtin for isinstance and
+every other argument, a RankInt for a rank's text); another module of the program's own source
+gets it at its first rank read, whose `int()` (already looked up) falls back to reading the
+source: refused where the name it is assigned to is compared or branched on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import importlib.abc
 import os
 import sys
 from types import FrameType
@@ -72,39 +72,13 @@ class ProgramInt(int, metaclass=_IntMeta):
 ProgramInt.__name__ = ProgramInt.__qualname__ = "int"
 
 
-def give_int(module_globals: dict) -> None:
-    """The program module's own `int` (unless it defines one)."""
-    if module_globals.get("int", ProgramInt) is ProgramInt or "int" not in module_globals:
-        module_globals["int"] = ProgramInt
-
-
-class _UserModules(importlib.abc.MetaPathFinder):
-    """Gives each of the program's modules commtrace's `int` before its code runs."""
-
-    def __init__(self, is_user):
-        self.is_user = is_user
-
-    def find_spec(self, name, path, target=None):
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is None:
-                continue
-            loader = spec.loader
-            if spec.origin and spec.origin.endswith(".py") and self.is_user(spec.origin) and loader is not None:
-                run = loader.exec_module
-
-                def exec_module(module, run=run):
-                    give_int(module.__dict__)
-                    run(module)
-
-                try:
-                    loader.exec_module = exec_module  # type: ignore[method-assign]
-                except AttributeError:
-                    pass
-            return spec
-        return None
+def give_int(f: FrameType) -> None:
+    """The module whose code read a rank's text gets commtrace's `int` for its later reads
+    (unless it defines its own), when it is the program's own source (not an installed package:
+    a framework's annotations that say `int` must stay the builtin, torch.library checks them)."""
+    g, path = f.f_globals, f.f_code.co_filename
+    if "int" not in g and "site-packages" not in path and "dist-packages" not in path:
+        g["int"] = ProgramInt
 
 
 _BRANCHES = (ast.Compare, ast.If, ast.IfExp, ast.While, ast.BoolOp, ast.Assert, ast.Match)
@@ -273,9 +247,8 @@ def install(p: Patcher, rec) -> None:
     base = type(environ)
 
     def text(key: str, value: str, up: int):
-        if key == "RANK" or key == "LOCAL_RANK" or key == "ROLE_RANK":
-            return RankText({r: str(r) for r in range(world)}, f"${key} at {_site(up)}")
-        return value
+        give_int(sys._getframe(up))
+        return RankText({r: str(r) for r in range(world)}, f"${key} at {_site(up)}")
 
     class RankEnviron(base):  # type: ignore[valid-type,misc]
         def __getitem__(self, key):
@@ -291,24 +264,6 @@ def install(p: Patcher, rec) -> None:
             return text(key, value, up + 1) if up else value
 
     p.set(environ, "__class__", RankEnviron)
-    finder = _UserModules(lambda path: rec.attribution._describe(_Code(path)) is not None)
-    sys.meta_path.insert(0, finder)
-    _FINDERS.append(finder)
-
-
-_FINDERS: list = []
-
-
-def uninstall() -> None:
-    while _FINDERS:
-        finder = _FINDERS.pop()
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
-
-
-class _Code:
-    def __init__(self, path: str):
-        self.co_filename, self.co_name = path, "<module>"
 
 
 def _carry(v, label: str):

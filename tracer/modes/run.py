@@ -153,10 +153,9 @@ def run_job(job: Job) -> int:
         except Exception:
             pass
         if job.mode == "local":
-            from tracer.capture import rank_branch, rank_reads
+            from tracer.capture import rank_branch
 
             rank_branch.finish_all()
-            rank_reads.uninstall()
         rec.close(status, error)
         from tracer.capture import process_group
 
