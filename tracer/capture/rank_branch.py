@@ -28,6 +28,7 @@ import sys
 import weakref
 from typing import Any
 
+from tracer.capture import rank_values
 from tracer.capture.rank_values import RankBool, refusal, rel
 
 ACTIVE: list[_Branch] = []
@@ -53,6 +54,8 @@ def decide(rb: RankBool, depth: int) -> bool:
     _Branch(f, node, rb.read, site).start()
     return first
 
+
+rank_values.HOOKS["decide"] = decide
 
 _JUDGED: dict = {}
 """(code, instruction) -> (the `if`, None or why the source refuses it)."""

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch.distributed._local_tensor import _c10d as local_c10d
 from torch.distributed._local_tensor import _LocalDeviceMesh
 
-from tracer.capture import rank_values
+from tracer.capture import rank_branch, rank_values
 from tracer.capture.patches import Patcher
 from tracer.capture.rank_values import RankDependent, RankInt, RankText, refusal
 
@@ -50,6 +50,9 @@ def plain_int_of_rank_text(text: RankText, f: FrameType) -> int:
     if used is not None:
         raise refusal(text.read, f"compared at {rank_values.rel(f.f_code.co_filename)}:{used}")
     return int(str.__str__(text))
+
+
+rank_values.HOOKS["plain_int"] = plain_int_of_rank_text
 
 
 class _IntMeta(type):
@@ -194,6 +197,7 @@ def _group_ranks(pg, world: int) -> dict[int, int]:
 def install(p: Patcher, rec) -> None:
     """Local mode: the program's own rank reads answer RankInts (see module docstring)."""
     world = rec.world_size
+    assert rank_branch.decide is rank_values.HOOKS["decide"]  # rank-dependent bools are decided there
     rank_values._USER_CODE[0] = lambda code: rec.attribution._describe(code) is not None
 
     def read_of(label: str, up: int) -> str:

@@ -53,6 +53,10 @@ def rel(path: str) -> str:
     return path if r.startswith(".." + os.sep + "..") else r
 
 
+HOOKS: dict[str, Callable[..., Any]] = {}
+"""Set by the modules that use this one (no import back): "decide" (rank_branch.decide: bool() of
+a RankBool) and "plain_int" (rank_reads: the builtin int() of a rank's text)."""
+
 _USER_CODE: list = [None]
 """Callable(code) -> bool: is this the program's own code (set by rank_reads.install)."""
 
@@ -197,9 +201,7 @@ class RankInt(torch.SymInt):
     del _n
 
     def __bool__(self):
-        from tracer.capture import rank_branch
-
-        return rank_branch.decide(RankBool({r: bool(v) for r, v in self.node._local_ints.items()}, self.read), 1)
+        return HOOKS["decide"](RankBool({r: bool(v) for r, v in self.node._local_ints.items()}, self.read), 1)
 
     def _refuse(self, *args, **kwargs):
         raise refusal(self.read, f"used as one Python number at {user_site(1)}")
@@ -263,9 +265,7 @@ class RankBool:
         return self.values[min(self.values)]
 
     def __bool__(self):
-        from tracer.capture import rank_branch
-
-        return rank_branch.decide(self, 1)
+        return HOOKS["decide"](self, 1)
 
     __eq__ = _compare("__eq__")
     __ne__ = _compare("__ne__")
@@ -309,9 +309,7 @@ class RankText(str):
     def __int__(self):
         # the builtin int() of a module commtrace could not give its own `int` (see rank_reads):
         # CPython makes whatever this returns a plain int, so the rank cannot be carried from here
-        from tracer.capture.rank_reads import plain_int_of_rank_text
-
-        return plain_int_of_rank_text(self, sys._getframe(1))
+        return HOOKS["plain_int"](self, sys._getframe(1))
 
     __eq__ = _compare("__eq__")
     __ne__ = _compare("__ne__")
