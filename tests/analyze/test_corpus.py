@@ -119,8 +119,8 @@ def test_rank0_extra_collective_refused_in_local_mode(recorded):
     path, res = recorded("bug_rank0_extra", 4, "local")
     assert set(res.errors) == {0, 1, 2, 3}
     assert (
-        "depends on its rank ($RANK at tests/programs/bug_rank0_extra.py:9, compared at "
-        "tests/programs/bug_rank0_extra.py:13)"
+        "depends on its rank ($RANK at tests/programs/bug_rank0_extra.py:9, branched on at "
+        "tests/programs/bug_rank0_extra.py:13; rank 0 alone issues all_reduce at tests/programs/bug_rank0_extra.py:15)"
     ) in res.errors[0]
     assert "--mode fake" in res.errors[0]
 

@@ -87,7 +87,7 @@ def test_rank_dependent_object_program_refused_in_local_mode(recorded):
     path, res = recorded("objects", 4, "local")
     assert set(res.errors) == {0, 1, 2, 3}
     assert (
-        "depends on its rank ($RANK at tests/programs/objects.py:17, compared at tests/programs/objects.py:19)"
+        "depends on its rank ($RANK at tests/programs/objects.py:17, branched on at tests/programs/objects.py:19; "
         in res.errors[0]
     )
     assert "--mode fake" in res.errors[0]

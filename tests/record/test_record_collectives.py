@@ -105,8 +105,8 @@ def test_p2p_refused_in_local_mode(recorded):
     assert set(res.errors) == {0, 1, 2, 3}
     # its peers are computed from its rank: refused where the rank first steers it
     assert (
-        "depends on its rank (dist.get_rank() at tests/programs/p2p.py:6, used at tests/programs/p2p.py:9)"
-        in res.errors[0]
+        "depends on its rank (dist.get_rank() at tests/programs/p2p.py:6, branched on at tests/programs/p2p.py:9; "
+        "the ranks take different sides of an if/else)" in res.errors[0]
     )
     assert "--mode fake" in res.errors[0]
 
@@ -117,8 +117,8 @@ def test_rank_dependent_arguments_refused_in_local_mode(recorded):
     path, res = recorded("collectives", 4, "local")
     assert set(res.errors) == {0, 1, 2, 3}
     assert (
-        "depends on its rank (dist.get_rank() at tests/programs/collectives.py:6, used at "
-        "tests/programs/collectives.py:15)"
+        "depends on its rank (dist.get_rank() at tests/programs/collectives.py:6, branched on at "
+        "tests/programs/collectives.py:15; only the test of an `if`"
     ) in res.errors[0]
     assert "--mode fake" in res.errors[0]
     t = load(path)  # what ran before the refusal is kept

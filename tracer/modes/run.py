@@ -101,14 +101,15 @@ def run_job(job: Job) -> int:
         if job.mode == "local":
             from torch.distributed._local_tensor import LocalTensorMode
 
-            from tracer.capture import fsdp_local, local_ops, rank_reads
+            from tracer.capture import fsdp_local, local_ops, local_rng, rank_reads
 
             local_ops.install(p, rec)
+            local_rng.install(p)
             fsdp_local.install(p)
             rank_reads.install(p, rec)
             rec.attribution.install()
             with LocalTensorMode(job.world_size):
-                job.program.run()
+                job.program.run(init_globals={"int": rank_reads.ProgramInt})
         else:
             from tracer.capture import object_collectives
             from tracer.capture.channel import Channel, channel_dir
@@ -154,6 +155,10 @@ def run_job(job: Job) -> int:
             rec.attribution.uninstall()
         except Exception:
             pass
+        if job.mode == "local":
+            from tracer.capture import rank_branch
+
+            rank_branch.finish_all()
         _close(rec, status, error, failed)
         from tracer.capture import process_group
 
@@ -225,6 +230,10 @@ def one_line_error(e: BaseException, rec) -> str:
             where = code_where.format(fs.lineno)
             break
     text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    if isinstance(e, (TypeError, RuntimeError)) and "RankInt" in msg:  # torch's C++ takes only a plain int
+        from tracer.capture.rank_values import LAST_READ, refusal
+
+        text = str(refusal(LAST_READ[0] or "a rank read", f"passed where torch takes one Python int ({msg})"))
     if isinstance(e, AssertionError) and PER_RANK_PYTHON_VALUE in msg:  # LocalTensor's own words
         text = (
             "a Python number read from a tensor whose value differs across ranks (float(loss), .item(), "

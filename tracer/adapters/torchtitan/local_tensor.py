@@ -2,8 +2,9 @@
 
 Local mode (`--mode local`) runs every simulated rank in this one process under a
 `LocalTensorMode(world_size)` that commtrace opens around the program (tracer/modes/run.py),
-and answers the program's rank reads with rank 0's value, refusing branches on it
-(tracer/capture/rank_reads.py). Two things in TorchTitan 0.3's distributed set-up meet that:
+and answers the program's rank reads per simulated rank, refusing the uses it cannot carry
+(tracer/capture/rank_reads.py, rank_values.py, rank_branch.py). Two things in TorchTitan 0.3's
+distributed set-up meet that:
 
 - `init_distributed` reads `$RANK` to check it lies in [0, world size) and to hand it to
   `init_process_group("fake", rank=...)`: set-up that holds for every rank, so it runs as the
