@@ -97,6 +97,14 @@ class Finding:
     """Which numbering `seq` is (checks.fr_numbers)."""
     fr: dict | None = None
     """On Flight Recorder dumps: the dump's own numbers of the entries (checks.fr_numbers)."""
+    module: str | None = None
+    """Numerics findings: the module or parameter FQN of the value."""
+    step: int | None = None
+    """Numerics findings: the step where the value first differs."""
+    phase: str | None = None
+    """Numerics findings: forward / backward / optimizer."""
+    numerics: dict | None = None
+    """Numerics findings: what was compared (value, error vs tolerance, the collectives around)."""
 
     @property
     def severity(self) -> str:
@@ -137,6 +145,10 @@ class Finding:
             expected_next=self.expected_next,
             seq_numbering=self.seq_numbering,
             fr=self.fr,
+            module=self.module,
+            step=self.step,
+            phase=self.phase,
+            numerics=self.numerics,
         )
         return out
 

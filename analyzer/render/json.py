@@ -51,6 +51,23 @@ def findings(trace: Trace, found: list, notes: Sequence[str] = ()) -> None:
     sys.stdout.write("\n")
 
 
+def numerics(trace: Trace, found: list, notes: Sequence[str] = (), ref: str | None = None) -> None:
+    counts: dict[str, int] = {}
+    for f in found:
+        counts[f.kind.name] = counts.get(f.kind.name, 0) + 1
+    json.dump(
+        {
+            "findings": [f.to_json() for f in found],
+            "counts": counts,
+            "reference": ref,
+            "trace": trace_info(trace, notes),
+        },
+        sys.stdout,
+        indent=1,
+    )
+    sys.stdout.write("\n")
+
+
 def hang(trace: Trace, report, frontier: list[dict]) -> None:
     out = {
         "findings": [f.to_json() for f in report.findings],

@@ -179,6 +179,8 @@ class TracerSection:
     compute: str = "auto"
     """Tensor math: "real", "fake" (FakeTensorMode, shapes only; ranks that read a tensor value
     are re-recorded with real compute) or "auto" (see tracer/record/compute.py)."""
+    numerics: bool = False
+    """Record numerics digests per step (local mode only; `analyzer numerics`)."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -38,6 +38,8 @@ class Job:
     timeout: float | None = None
     """Seconds a rank waits for a peer's object before it fails (fake mode; None: as long as
     the peer runs)."""
+    numerics: bool = False
+    """Record numerics digests per step (local mode; tracer/capture/numerics.py)."""
     threads: int = 0
     """torch intra-op threads for this process (0: torch's default, one per core). Ranks
     recorded side by side get a share of the cores each: oversubscribed OpenMP threads spin
@@ -92,6 +94,7 @@ def run_job(job: Job) -> int:
     p = patches.Patcher()
     status, error, code = "ok", None, 3
     ch = None
+    num = None
     said = sys.stderr = LastLine(sys.stderr)  # what an argparse error said before its SystemExit
     try:
         patches.install(p, rec, rank=pg_rank, world_size=job.world_size)
@@ -105,6 +108,11 @@ def run_job(job: Job) -> int:
             fsdp_local.install(p)
             rank_reads.install(p, rec)
             rec.attribution.install()
+            if job.numerics:
+                from tracer.capture.numerics import Numerics
+
+                num = Numerics(rec, job.world_size)
+                num.install(p)
             with LocalTensorMode(job.world_size):
                 job.program.run()
         else:
@@ -151,6 +159,8 @@ def run_job(job: Job) -> int:
             rec.attribution.uninstall()
         except Exception:
             pass
+        if num is not None:
+            num.close()
         rec.close(status, error)
         from tracer.capture import process_group
 
