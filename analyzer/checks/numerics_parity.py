@@ -88,8 +88,9 @@ def _finding(row: dict, trace: Trace, ref: Trace, agreed: int) -> Finding:
     what = WHAT_TEXT.get(row["what"], row["what"])
     name = row["name"]
     module = _module_of(row)
-    here = around(trace, module, row["step"], row["phase"])
-    there = around(ref, module, row["step"], row["phase"])
+    grads = row["what"] in ("grad", "grad_norm")
+    here = around(trace, module, row["step"], row["phase"], grads)
+    there = around(ref, module, row["step"], row["phase"], grads)
     message = (
         f"{what} {name or row['what']} differs from the reference at step {row['step']} {row['phase']}: "
         f"relative error {row['err']:.3g} > tolerance {row['rtol']:.3g} ({row['dtype']}); "
@@ -127,33 +128,38 @@ def _module_of(row: dict) -> str:
     return row["name"]
 
 
-def around(trace: Trace, module: str, step: int, phase: str) -> list[str]:
+def around(trace: Trace, module: str, step: int, phase: str, grads: bool = False) -> list[str]:
     """The collectives and redistributions the lowest rank issued in `module` (and below) at
-    that step and phase, as 'op on group (module)' lines, repeats counted."""
+    that step and phase, as 'op on group (module)' lines, repeats counted. `grads` (a
+    parameter's gradient): also what ran outside any module between backward and the
+    optimizer (the program's own gradient handling), with its frame."""
     if not trace.ranks:
         return []
-    ev = trace.select("op", "group", "module", "phase", "step", "info", ranks=[trace.ranks[0]])
+    ev = trace.select("idx", "op", "group", "module", "phase", "step", "info", "frame", ranks=[trace.ranks[0]])
+    ph, m = pl.col("phase").cast(pl.String), pl.col("module").cast(pl.String)
+    ev = ev.filter(pl.col("step") == step)
+    backward_end = ev.filter(ph.is_in(["forward", "backward"]))["idx"].max()
     ev = ev.filter(
-        (pl.col("step") == step)
-        & (pl.col("phase").cast(pl.String) == phase)
-        & ~pl.col("op").cast(pl.String).is_in(["wait", "mesh", "new_group", "split_group", "init_process_group"])
+        ~pl.col("op").cast(pl.String).is_in(["wait", "mesh", "new_group", "split_group", "init_process_group"])
     )
-    if module:
-        m = pl.col("module").cast(pl.String)
-        ev = ev.filter((m == module) | m.str.starts_with(module + "."))
+    mine = (ph == phase) & ((m == module) | m.str.starts_with(module + ".")) if module else ph == phase
+    if grads:  # after the step's backward (where it recorded any), before its optimizer
+        after = pl.col("idx") > backward_end if backward_end is not None else pl.lit(True)
+        mine = mine | ((ph == "other") & (m == "") & after)
+    ev = ev.filter(mine)
     if ev.is_empty():
         return []
     labels = dict(zip(trace.groups["gid"].to_list(), trace.groups["label"].to_list()))
     lines: list[str] = []
     counts: dict[str, int] = {}
-    for op, gid, mod, info in ev.select("op", "group", "module", "info").iter_rows():
+    for op, gid, mod, info, frame in ev.select("op", "group", "module", "info", "frame").iter_rows():
         text = str(op)
         if op == "redistribute" and info is not None and info >= 0:
             i = trace.atom(info) or {}
             text += f" {_placements(i.get('src'))} -> {_placements(i.get('dst'))}"
         elif gid is not None and gid >= 0:
             text += f" on {labels.get(gid) or gid}"
-        text += f" ({mod})" if mod else ""
+        text += f" ({mod})" if mod else f" ({frame})" if frame else ""
         if text not in counts:
             lines.append(text)
         counts[text] = counts.get(text, 0) + 1

@@ -26,6 +26,7 @@ import math
 from typing import Any
 
 import torch
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed._local_tensor import LocalTensor, maybe_disable_local_tensor_mode
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
@@ -272,6 +273,8 @@ def _first_tensor(out) -> Any:
 
 def _locals(t, world: int) -> dict[int, torch.Tensor]:
     """Each rank's plain value: a LocalTensor's shards, or the same tensor on every rank."""
+    while isinstance(t, AsyncCollectiveTensor):  # a functional collective's result: LocalTensor computed it already
+        t = t.elem
     if isinstance(t, LocalTensor):
         return dict(t._local_tensors)
     return dict.fromkeys(range(world), t)
