@@ -302,20 +302,37 @@ def report(
         None, "--expected", help="Golden trace of the same config: say what each stalled rank should have run next."
     ),
     eager_bytes: int = typer.Option(0, "--eager-bytes", help="As for `analyzer hang`."),
+    ref: str = typer.Option(
+        None, "--ref", help="Numerics reference (a trace recorded with --numerics): as `analyzer numerics --ref`."
+    ),
 ) -> None:
     """One self-contained HTML page (no network needed): summary, findings with their frames, the
     wait-for graph of a hang or deadlock, volume plots per mesh dim x op x phase and per step, and
     with --diff the divergence and volume tables. Exit 0 once written (a picture, not a check:
     gate CI on `analyzer check`), 2 bad input."""
+    from analyzer.numerics import NumericsInputError, require
     from analyzer.report import ReportInputs, build_report
 
-    _output(output, trace, diff_with, expected)
+    _output(output, trace, diff_with, expected, ref)
     t = _load(trace)
     other = _load(diff_with) if diff_with else None
     golden = _load(expected) if expected else None
-    rep = build_report(
-        t, ReportInputs(source=trace, other=other, other_source=diff_with, expected=golden, eager_bytes=eager_bytes)
+    numerics_ref = _load(ref) if ref else None
+    inputs = ReportInputs(
+        source=trace,
+        other=other,
+        other_source=diff_with,
+        expected=golden,
+        eager_bytes=eager_bytes,
+        ref=numerics_ref,
+        ref_source=ref,
     )
+    try:
+        if numerics_ref is not None:
+            require(t, trace)
+        rep = build_report(t, inputs)
+    except NumericsInputError as e:
+        _fail(str(e))
     from analyzer.render.html import render
 
     page = render(rep)
@@ -326,6 +343,7 @@ def report(
         f"wrote {output}: {len(rep.findings)} finding{'s' if len(rep.findings) != 1 else ''}, "
         + (f"hang ({stuck} ranks stuck)" if stuck else "no hang")
         + ("" if rep.diff is None else ", same pattern as B" if rep.diff.equal else ", differs from B")
+        + ("" if rep.numerics is None else f", {len(rep.numerics.findings)} numerics finding(s)")
     )
 
 

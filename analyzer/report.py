@@ -4,7 +4,8 @@
 
 Pure: a loaded trace in, frames and findings out; nothing here draws or writes. The report runs
 what `check` runs, `hang`'s analysis when the trace can hang at all (below), the volume tables
-behind the plots, `summary`'s rank classes and, given a second trace, `diff`.
+behind the plots, `summary`'s rank classes, given a second trace `diff`, and on a trace recorded
+with --numerics `numerics` (against --ref where given).
 
 When hang analysis runs: always for post-mortem traces (where each stream stopped is the whole
 question; the frontier is columnar). A dry run is replayed under blocking semantics only when
@@ -22,13 +23,15 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyzer.checks import run_checks
-from analyzer.checks.options import CheckOptions
+from analyzer.checks.options import Checked, CheckOptions
 from analyzer.compare.diff import Diff, diff_traces
 from analyzer.compare.normalize import group_keys
 from analyzer.compare.summary import Summary, comm_events, summarize
 from analyzer.hang import HangReport, analyze, frontier_rows
 from analyzer.model.findings import Finding
 from analyzer.model.trace import Trace
+from analyzer.numerics import require
+from analyzer.numerics import run as run_numerics
 from analyzer.waitfor.semantics import post_mortem
 
 
@@ -44,6 +47,9 @@ class ReportInputs:
     expected: Trace | None = None
     """--expected: a golden trace of the same config (what each stalled rank should run next)."""
     eager_bytes: int = 0
+    ref: Trace | None = None
+    ref_source: str | None = None
+    """--ref: a numerics reference recording and its path (`analyzer numerics --ref`)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,6 +74,8 @@ class Report:
     """Rank classes, as `analyzer summary` prints them."""
     diff: Diff | None = None
     """Against inputs.other."""
+    numerics: Checked | None = None
+    """`analyzer numerics` (against inputs.ref where given); None for a trace without numerics."""
 
 
 def may_hang(trace: Trace, found: list[Finding]) -> bool:
@@ -108,6 +116,12 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
         frontier, hang_found = frontier_rows(trace, hang), hang.findings
     volume, per_step = volume_frames(trace)
     diff = diff_traces(trace, inputs.other) if inputs.other is not None else None
+    numerics = None
+    if trace.numerics is not None:
+        require(trace, inputs.source)  # NumericsInputError: the CLI's bad input
+        if inputs.ref is not None:
+            require(inputs.ref, inputs.ref_source or "the reference")
+        numerics = run_numerics(trace, inputs.ref, ref_path=inputs.ref_source or "the reference")
     return Report(
         trace=trace,
         inputs=inputs,
@@ -119,4 +133,5 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
         per_step=per_step,
         summary=summarize(trace),
         diff=diff,
+        numerics=numerics,
     )
