@@ -44,7 +44,7 @@ def same_model(trace: Trace, ref: Trace, ref_name: str = "the reference") -> Non
                 f"{ref_name} is another model: parameter {name} has shape {shape} here, {rshape} in {ref_name}"
             )
     if len(mine) != len(theirs):
-        extra, where = (mine[len(theirs)], "here") if len(mine) > len(theirs) else (theirs[len(mine)], ref_name)
+        extra, where = (mine[len(theirs)], "here") if len(mine) > len(theirs) else (theirs[len(mine)], f"in {ref_name}")
         raise ReferenceMismatch(f"{ref_name} is another model: parameter {extra[0]} only {where}")
 
 
