@@ -61,7 +61,8 @@ def check(trace: Trace, ref: Trace, tol: Tolerance | None = None) -> Checked:
     tol = tol or Tolerance()
     out = Checked()
     assert trace.numerics is not None and ref.numerics is not None
-    a = trace.numerics
+    a, rule_notes = combine_losses(trace.numerics, ref.numerics)
+    out.notes.extend(rule_notes)
     b = ref.numerics.select(*KEY, *[pl.col(c).alias(f"r_{c}") for c in ("sum", "sumsq", "amax", "numel", "phase")])
     joined = a.join(b, on=KEY, how="left", maintain_order="left")
     only_here = joined.filter(pl.col("r_sum").is_null())
@@ -82,6 +83,62 @@ def check(trace: Trace, ref: Trace, tol: Tolerance | None = None) -> Checked:
     if bad.height > 1:
         out.notes.append(f"{bad.height - 1} later value(s) differ too (consequences of the first, not listed)")
     return out
+
+
+def combine_losses(a: pl.DataFrame, ref: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """`a` with each step's loss and input gradients on the reference's terms. Where the ranks
+    computed k > 1 distinct losses (different batches), the global loss is their mean (each a
+    mean over its own batch, gradients averaged: DDP) or their sum (each normalised by the global
+    token count: TorchTitan): whichever is nearer the reference's loss. The recorded input
+    gradients are each rank's own loss's; under the mean they are k times the global ones."""
+    k = a.filter(pl.col("what") == "loss").select(
+        "step", k=pl.col("layout").str.extract(r"mean of (\d+)").cast(pl.Int64).fill_null(1)
+    )
+    k = k.group_by("step").agg(pl.col("k").max()).filter(pl.col("k") > 1)
+    if k.is_empty():
+        return a, []
+    ref_loss = ref.filter(pl.col("what") == "loss").group_by("step").agg(ref_loss=pl.col("sum").last())
+    here_loss = a.filter(pl.col("what") == "loss").group_by("step").agg(loss=pl.col("sum").last())
+    rule = (
+        k.join(here_loss, on="step")
+        .join(ref_loss, on="step", how="left")
+        .with_columns(
+            by_sum=(pl.col("loss") * pl.col("k") - pl.col("ref_loss")).abs()
+            < (pl.col("loss") - pl.col("ref_loss")).abs()
+        )
+        .select("step", "k", "by_sum")
+    )
+    k_f = pl.col("k").cast(pl.Float64)
+    loss_factor = pl.when(pl.col("by_sum")).then(k_f).otherwise(1.0)
+    grad_factor = pl.when(pl.col("by_sum")).then(1.0).otherwise(1.0 / k_f)
+    factor = (
+        pl.when(pl.col("k").is_null())
+        .then(1.0)
+        .when(pl.col("what") == "loss")
+        .then(loss_factor)
+        .when(pl.col("what") == "grad_input")
+        .then(grad_factor)
+        .otherwise(1.0)
+    )
+    out = (
+        a.join(rule, on="step", how="left", maintain_order="left")
+        .with_columns(_f=factor)
+        .with_columns(
+            sum=pl.col("sum") * pl.col("_f"),
+            sumsq=pl.col("sumsq") * pl.col("_f") * pl.col("_f"),
+            amax=pl.col("amax") * pl.col("_f"),
+        )
+        .drop("k", "by_sum", "_f")
+    )
+    sums = rule.filter(pl.col("by_sum"))["step"].to_list()
+    means = rule.filter(~pl.col("by_sum"))["step"].to_list()
+    notes = []
+    for steps, how in ((sums, "sum"), (means, "mean")):
+        if steps:
+            notes.append(
+                f"the ranks' distinct losses combine as their {how} at step(s) {ranks_text(steps)}, as in the reference"
+            )
+    return out, notes
 
 
 def _finding(row: dict, trace: Trace, ref: Trace, agreed: int) -> Finding:
@@ -172,6 +229,3 @@ def _placements(p) -> str:
 
 def _text(lines: list[str]) -> str:
     return "; ".join(lines) if lines else "no collective"
-
-
-_ = ranks_text

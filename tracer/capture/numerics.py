@@ -13,9 +13,11 @@ the global one and every rank's digest goes into the record; an activation that 
 ranks -> each distinct value is a part of the global one (a data- or sequence-sharded batch, a
 tensor-parallel shard returned as local), their digests add up.
 
-Gradients of activations are those of each rank's own loss; when the ranks' losses differ (data
-parallel over different batches), the global loss is their mean, so the gradients are scaled by
-1 / (number of distinct losses).
+Gradients of activations are those of each rank's own loss, recorded as they are. When the
+ranks' losses differ (data parallel over different batches), the global loss is their mean (each
+rank's loss a mean over its batch: DDP) or their sum (each normalised by the global token count:
+TorchTitan); the loss row holds the mean of the k distinct losses (layout "mean of k") and the
+analyzer decides which against the reference (analyzer/checks/numerics_parity.py).
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ class Numerics:
         self.cols: dict[str, list] = {name: [] for name in fmt_numerics.FIELD_NAMES}
         self.hooked: set[int] = set()
         self.roots: dict[int, torch.nn.Module] = {}
-        self.loss_parts = 1
         self.handles: list = []
         self.busy = False
 
@@ -111,7 +112,7 @@ class Numerics:
 
     def _grad_in(self, name: str, grad) -> None:
         if grad is not None and not self.busy:
-            self._add("backward", "grad_input", name, grad, part_of=True, scale=1.0 / self.loss_parts)
+            self._add("backward", "grad_input", name, grad, part_of=True)
 
     def _loss(self, loss) -> None:
         if self.busy:
@@ -123,9 +124,10 @@ class Numerics:
                 values = [float(v.double().reshape(())) for v in _locals(local, self.world).values()]
         finally:
             self.busy = False
-        self.loss_parts = len(set(values))
-        mean = sum(values) / len(values)
-        self._row("forward", "loss", "", tensor_dtype(loss), [], 1, (mean, mean * mean, abs(mean)), "mean", None)
+        distinct = sorted(set(values))  # tp / cp replicas of one loss count once
+        mean = sum(distinct) / len(distinct)
+        d = (mean, mean * mean, abs(mean))
+        self._row("forward", "loss", "", tensor_dtype(loss), [], 1, d, f"mean of {len(distinct)}", None)
 
     def _opt_pre(self, opt, args, kwargs) -> None:
         if self.attr.in_optimizer != 1:
@@ -163,7 +165,7 @@ class Numerics:
                 names.setdefault(id(param), name)
         return names
 
-    def _add(self, phase: str, what: str, name: str, t, part_of: bool = False, scale: float = 1.0) -> Digest:
+    def _add(self, phase: str, what: str, name: str, t, part_of: bool = False) -> Digest:
         """Digest `t` (global and, where declared replicated, per rank) into the step's rows.
         part_of: an activation (distinct plain values are parts of the global one); otherwise a
         parameter or gradient (a plain one is replicated)."""
@@ -175,8 +177,6 @@ class Numerics:
                 d, shape, numel, layout, ranks = self._digest(t, part_of)
         finally:
             self.busy = False
-        if scale != 1.0:
-            d = (d[0] * scale, d[1] * scale * scale, d[2] * abs(scale))
         self._row(phase, what, name, tensor_dtype(t), shape, numel, d, layout, ranks)
         return d
 

@@ -41,11 +41,15 @@ def read_config(argv: list[str] | None = None) -> config_mod.JobConfig:
 def batch(cfg: config_mod.JobConfig, dp_rank, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Synthetic tokens, different per data-parallel rank and step: the same in fake and local
     mode (dp_rank is a per-rank value under LocalTensorMode), so MoE routing, and with it the
-    expert-parallel all_to_all splits, matches between the modes."""
+    expert-parallel all_to_all splits, matches between the modes. A numerics twin
+    (`[tracer] twin_of_dp = D`, one rank) takes the D dp ranks' batches together."""
     t, vocab = cfg.training, cfg.model.vocab_size
     g = torch.Generator().manual_seed(1000 + step)
     base = torch.randint(vocab, (t.local_batch_size, t.seq_len + 1), generator=g)
-    data = (base * (dp_rank + 1) + dp_rank * 7) % vocab
+    if cfg.tracer.twin_of_dp > 0:
+        data = torch.cat([(base * (d + 1) + d * 7) % vocab for d in range(cfg.tracer.twin_of_dp)])
+    else:
+        data = (base * (dp_rank + 1) + dp_rank * 7) % vocab
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
