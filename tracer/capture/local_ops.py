@@ -16,8 +16,10 @@ from torch.distributed._local_tensor import LocalTensor, LocalTensorMode, _map_t
 from torch.distributed._local_tensor import _c10d as local_c10d
 
 from traceformat.ops import OPS
+from tracer.capture import rank_branch
 from tracer.capture.patches import Patcher
 from tracer.capture.process_group import RecordingWork, reduce_name
+from tracer.capture.rank_values import user_site
 from tracer.capture.recorder import Call, GroupRef, Recorder, RecordError
 
 _NAMESPACES = frozenset({"c10d", "_c10d_functional", "_dtensor"})
@@ -142,6 +144,10 @@ def install(p: Patcher, rec: Recorder) -> None:
     live: set = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if rank_branch.ACTIVE and not rec.busy:
+            out = _in_rank0_branch(orig, self, func, types, args, kwargs or {})
+            if out is not _GO:
+                return out
         if func.namespace not in _NAMESPACES or rec.busy:
             return orig(self, func, types, args, kwargs)
         name = func._schema.name
@@ -187,6 +193,36 @@ def install(p: Patcher, rec: Recorder) -> None:
         return result
 
     p.set(LocalTensorMode, "__torch_dispatch__", __torch_dispatch__)
+
+
+_GO = object()
+
+
+def _in_rank0_branch(orig, mode, func, types, args, kwargs):
+    """An op dispatched inside a rank-0 branch (capture/rank_branch.py): rank 0 alone runs it, so
+    a collective, a write to a tensor made before the branch or a random draw is refused; a
+    tensor read (`loss.item()` for a log line) is rank 0's value."""
+    branch = rank_branch.ACTIVE[-1]
+    name = func._schema.name
+    if name in _C10D or name in _FUNCTIONAL or name in _P2P:
+        raise branch.refuse(f"issues {_C10D.get(name) or _FUNCTIONAL.get(name) or name}", user_site(1))
+    if func.namespace in _NAMESPACES:
+        return _GO
+    if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], LocalTensor):
+        local = args[0]._local_tensors
+        return local[min(local)].item()
+    if torch.Tag.nondeterministic_seeded in func.tags:
+        raise branch.refuse(f"draws random numbers ({func})", user_site(1))
+    if func._schema.is_mutable:
+        for arg, value in zip(func._schema.arguments, [*args, *[kwargs.get(a.name) for a in func._schema.arguments[len(args):]]]):
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            if written and isinstance(value, torch.Tensor) and value not in branch.fresh:
+                raise branch.refuse(f"writes a tensor ({func})", user_site(1))
+    out = orig(mode, func, types, args, kwargs)
+    for t in _flat(out):
+        if isinstance(t, torch.Tensor):
+            branch.fresh.add(t)
+    return out
 
 
 def _local_groups(pg) -> list[list[int]]:

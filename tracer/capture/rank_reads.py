@@ -1,15 +1,17 @@
-"""Honest local mode: a program that uses its rank is refused where it uses it.
+"""Local mode's rank reads: the program's own reads answer its rank per simulated rank.
 
-LocalTensorMode runs one Python for every simulated rank, with rank 0's answers to "who am I"
-(`dist.get_rank()`, `group.rank()`, `$RANK` / `$LOCAL_RANK`). A branch on that answer (`if rank == 0:` an extra
-collective) would silently be recorded as rank 0's path on every rank. So when the program's
-own code asks, it gets a `RankValue`: rank 0's number, which prints and does arithmetic like
-one, but raises `RankDependent` when the program compares, branches, hashes or indexes with
-it, naming where the rank was read and where it was used, and pointing at `--mode fake`
-(a process per rank: real per-rank control flow). Torch's own calls get plain ints.
+LocalTensorMode runs one Python for every simulated rank. When the program's own code asks
+"who am I" (`dist.get_rank()`, `dist.get_rank(group)`, `group.rank()`, `DeviceMesh.get_rank()` /
+`get_local_rank()` / `get_coordinate()`, `$RANK` / `$LOCAL_RANK` / `$ROLE_RANK`, and
+torch.utils.data's reads: a DistributedSampler picks the program's data) it gets a
+`rank_values.RankInt`, one value per simulated rank, and every use of it follows one rule
+(capture/rank_values.py: carried per rank, a rank-0 observing branch, or a one-line refusal).
+torch's own reads (its set-up, DDP, FSDP, DTensor) get rank 0's plain int, as LocalTensor expects.
 
-`DeviceMesh.get_rank()` / `get_local_rank()` / `get_coordinate()` are LocalTensor's own
-per-rank integers (a value per simulated rank): tensor math on them is per rank, as it should.
+`int(os.environ["RANK"])`: CPython turns what `str.__int__` returns into a plain int, so the
+program's modules get commtrace's `int` in their globals (`ProgramInt`, an `int` for isinstance,
+which answers a RankInt for a rank's text); a module it could not reach in time (the first read of
+a module imported before the recording) falls back to reading the program's source.
 """
 
 from __future__ import annotations
@@ -17,131 +19,92 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib.abc
 import os
 import sys
 from types import FrameType
 
 import torch.distributed as dist
+from torch.distributed._local_tensor import _LocalDeviceMesh
+from torch.distributed._local_tensor import _c10d as local_c10d
 
+from tracer.capture import rank_values
 from tracer.capture.patches import Patcher
-from tracer.capture.recorder import RecordError
+from tracer.capture.rank_values import RankDependent, RankInt, RankText, refusal
+
+__all__ = ["RankDependent", "framework_code", "framework_reads", "install"]
 
 RANK_ENV = ("RANK", "LOCAL_RANK", "ROLE_RANK")
 """torchrun variables whose value differs per rank."""
 
 
-class RankDependent(RecordError):
-    """The program used its rank in local mode (one-line message)."""
-
-
 def _site(depth: int) -> str:
     f = sys._getframe(depth + 1)
-    path = f.f_code.co_filename
-    rel = os.path.relpath(path)
-    return f"{path if rel.startswith('..' + os.sep + '..') else rel}:{f.f_lineno}"
+    return f"{rank_values.rel(f.f_code.co_filename)}:{f.f_lineno}"
 
 
-def _int_method(name: str):
-    """RankValue's int method `name`: an int result keeps the read it came from."""
-    op = getattr(int, name)
-
-    def method(self, *args):
-        out = op(self, *args)
-        return RankValue(out, self.read) if isinstance(out, int) and out is not NotImplemented else out
-
-    return method
+def plain_int_of_rank_text(text: RankText, f: FrameType) -> int:
+    """`int($RANK)` with the builtin int: rank 0's number. Refused where the program's source
+    compares or branches on what it is assigned to (the rank cannot be followed from here)."""
+    used = branch_on_read(f.f_code.co_filename, f.f_lineno)
+    if used is not None:
+        raise refusal(text.read, f"compared at {rank_values.rel(f.f_code.co_filename)}:{used}")
+    return int(str.__str__(text))
 
 
-class RankValue(int):
-    """Rank 0's rank, remembering where it was read (see module docstring)."""
+class _IntMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, int)
 
-    read: str
-
-    def __new__(cls, value: int, read: str):
-        self = super().__new__(cls, value)
-        self.read = read
-        return self
-
-    def _refuse(self, *args, **kwargs):
-        raise RankDependent(
-            f"the program's behaviour depends on its rank ({self.read}, used at {_site(1)}): local mode runs "
-            f"every rank through rank 0's Python and would record rank 0's path for all; "
-            f"record it with --mode fake"
-        )
-
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __index__ = _refuse
-    __float__ = __complex__ = __round__ = _refuse
-
-    for _n in (
-        "__add__",
-        "__radd__",
-        "__sub__",
-        "__rsub__",
-        "__mul__",
-        "__rmul__",
-        "__floordiv__",
-        "__rfloordiv__",
-        "__mod__",
-        "__rmod__",
-        "__neg__",
-        "__pos__",
-        "__abs__",
-        "__xor__",
-        "__rxor__",
-        "__and__",
-        "__rand__",
-        "__or__",
-        "__ror__",
-        "__lshift__",
-        "__rshift__",
-    ):
-        locals()[_n] = _int_method(_n)
-    del _n
-
-    def __int__(self):
-        return self
-
-    def __reduce__(self):  # pickled (an object collective): the read travels with it
-        return (RankValue, (int(super().__int__()), self.read))
-
-    def __repr__(self):
-        return int.__repr__(self)
-
-    __str__ = __repr__
-
-    def __format__(self, spec):
-        return int.__format__(int.__int__(self), spec)
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, int)
 
 
-class RankText(str):
-    """`$RANK` as read by the program. CPython turns whatever `int()` of it returns into a plain
-    int, so its uses cannot be followed at run time (dist.get_rank()'s can). Instead `int()`
-    reads the program's source: if the name it is assigned to (or the expression it is in) is
-    compared or branched on in the enclosing function, it is refused there; a rank that only
-    seeds or labels per-rank data (`torch.manual_seed(rank)`, a log line) is let through."""
+class ProgramInt(int, metaclass=_IntMeta):
+    """The program's `int`: the builtin, except that a rank's text gives a RankInt."""
 
-    read: str
-
-    def __new__(cls, value: str, read: str):
-        self = super().__new__(cls, value)
-        self.read = read
-        return self
-
-    def __int__(self):
-        f = sys._getframe(1)
-        used = branch_on_read(f.f_code.co_filename, f.f_lineno)
-        if used is not None:
-            raise RankDependent(
-                f"the program's behaviour depends on its rank ({self.read}, compared at "
-                f"{_rel(f.f_code.co_filename)}:{used}): local mode runs every rank through rank 0's "
-                f"Python and would record rank 0's path for all; record it with --mode fake"
-            )
-        return int(str.__str__(self))
+    def __new__(cls, x=0, *args, **kwargs):
+        if isinstance(x, RankText):
+            return x.as_int(*args, **kwargs)
+        return int(x, *args, **kwargs)
 
 
-def _rel(path: str) -> str:
-    rel = os.path.relpath(path)
-    return path if rel.startswith(".." + os.sep + "..") else rel
+ProgramInt.__name__ = ProgramInt.__qualname__ = "int"
+
+
+def give_int(module_globals: dict) -> None:
+    """The program module's own `int` (unless it defines one)."""
+    if module_globals.get("int", ProgramInt) is ProgramInt or "int" not in module_globals:
+        module_globals["int"] = ProgramInt
+
+
+class _UserModules(importlib.abc.MetaPathFinder):
+    """Gives each of the program's modules commtrace's `int` before its code runs."""
+
+    def __init__(self, is_user):
+        self.is_user = is_user
+
+    def find_spec(self, name, path, target=None):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is None:
+                continue
+            loader = spec.loader
+            if spec.origin and spec.origin.endswith(".py") and self.is_user(spec.origin) and loader is not None:
+                run = loader.exec_module
+
+                def exec_module(module, run=run):
+                    give_int(module.__dict__)
+                    run(module)
+
+                try:
+                    loader.exec_module = exec_module  # type: ignore[method-assign]
+                except AttributeError:
+                    pass
+            return spec
+        return None
 
 
 _BRANCHES = (ast.Compare, ast.If, ast.IfExp, ast.While, ast.BoolOp, ast.Assert, ast.Match)
@@ -219,6 +182,11 @@ def framework_code(*functions) -> None:
     _FRAMEWORK_CODE.update(getattr(fn, "__code__", fn) for fn in functions)
 
 
+_DATA = os.path.join("torch", "utils", "data") + os.sep
+"""torch.utils.data reads the rank for the program (a DistributedSampler picks each rank's samples):
+its reads are the program's."""
+
+
 def _user_caller(rec, depth: int) -> int:
     """How many frames up the program's own code asked (skipping os.getenv); 0: torch asked."""
     if _TRUSTED[0]:
@@ -231,48 +199,122 @@ def _user_caller(rec, depth: int) -> int:
         return 0
     known = _USER.get(f.f_code)
     if known is None:
-        known = _USER[f.f_code] = rec.attribution._describe(f.f_code) is not None
+        known = _USER[f.f_code] = rec.attribution._describe(f.f_code) is not None or _DATA in f.f_code.co_filename
     return up if known else 0
 
 
 _USER: dict = {}
 
 
-def install(p: Patcher, rec) -> None:
-    """Local mode: the program's own rank reads answer RankValues."""
+def _group_ranks(pg, world: int) -> dict[int, int]:
+    """Each simulated rank's rank in `pg` (its sibling of rank 0's group; -1 outside all)."""
+    out = dict.fromkeys(range(world), -1)
+    ranks, offsets, _ = local_c10d._prepare_collective_groups(pg)
+    for o in offsets:
+        for i, r in enumerate(ranks):
+            if o + r in out:
+                out[o + r] = i
+    return out
 
-    def wrap(owner, name: str, label: str):
-        orig = getattr(owner, name)
+
+def install(p: Patcher, rec) -> None:
+    """Local mode: the program's own rank reads answer RankInts (see module docstring)."""
+    world = rec.world_size
+    rank_values._USER_CODE[0] = lambda code: rec.attribution._describe(code) is not None
+
+    def read_of(label: str, up: int) -> str:
+        return f"{label} at {_site(up + 1)}"
+
+    orig_get_rank = dist.get_rank
+
+    @functools.wraps(orig_get_rank)
+    def get_rank(group=None):
+        out = orig_get_rank(group)
+        up = _user_caller(rec, 1)
+        if not up or not isinstance(out, int) or out < 0:
+            return out
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        return rank_values.make(_group_ranks(pg, world), read_of("dist.get_rank()", up))
+
+    p.everywhere(orig_get_rank, get_rank)
+    p.set(dist.distributed_c10d, "get_rank", get_rank)
+    orig_pg_rank = dist.ProcessGroup.rank
+
+    @functools.wraps(orig_pg_rank)
+    def pg_rank(self):
+        out = orig_pg_rank(self)
+        up = _user_caller(rec, 1)
+        if not up or not isinstance(out, int) or out < 0:
+            return out
+        return rank_values.make(_group_ranks(self, world), read_of("group.rank()", up))
+
+    p.set(dist.ProcessGroup, "rank", pg_rank)
+
+    def mesh(name: str):
+        orig = getattr(_LocalDeviceMesh, name)
 
         @functools.wraps(orig)
-        def read(*args, **kwargs):
-            out = orig(*args, **kwargs)
+        def read(self, *args, **kwargs):
+            out = orig(self, *args, **kwargs)
             up = _user_caller(rec, 1)
-            if up and isinstance(out, int) and not isinstance(out, RankValue):
-                return RankValue(out, f"{label} at {_site(up)}")
-            return out
+            if not up:
+                return out
+            label = read_of(f"DeviceMesh.{name}()", up)
+            if isinstance(out, list):
+                return [_carry(v, label) for v in out]
+            return _carry(out, label)
 
-        p.set(owner, name, read)
-        return read
+        p.set(_LocalDeviceMesh, name, staticmethod(read))
 
-    orig = dist.get_rank
-    p.everywhere(orig, wrap(dist.distributed_c10d, "get_rank", "dist.get_rank()"))
-    wrap(dist.ProcessGroup, "rank", "group.rank()")
+    for name in ("get_rank", "get_local_rank", "get_coordinate"):
+        mesh(name)
 
     environ = os.environ
     base = type(environ)
+
+    def text(key: str, value: str, up: int):
+        if key == "RANK" or key == "LOCAL_RANK" or key == "ROLE_RANK":
+            return RankText({r: str(r) for r in range(world)}, f"${key} at {_site(up)}")
+        return value
 
     class RankEnviron(base):  # type: ignore[valid-type,misc]
         def __getitem__(self, key):
             value = base.__getitem__(self, key)
             up = _user_caller(rec, 1) if key in RANK_ENV else 0
-            return RankText(value, f"${key} at {_site(up)}") if up else value
+            return text(key, value, up + 1) if up else value
 
         def get(self, key, default=None):
             if key not in self:
                 return default
             value = base.__getitem__(self, key)
             up = _user_caller(rec, 1) if key in RANK_ENV else 0
-            return RankText(value, f"${key} at {_site(up)}") if up else value
+            return text(key, value, up + 1) if up else value
 
     p.set(environ, "__class__", RankEnviron)
+    finder = _UserModules(lambda path: rec.attribution._describe(_Code(path)) is not None)
+    sys.meta_path.insert(0, finder)
+    _FINDERS.append(finder)
+
+
+_FINDERS: list = []
+
+
+def uninstall() -> None:
+    while _FINDERS:
+        finder = _FINDERS.pop()
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+
+
+class _Code:
+    def __init__(self, path: str):
+        self.co_filename, self.co_name = path, "<module>"
+
+
+def _carry(v, label: str):
+    """LocalTensor's own per-rank int (a SymInt over a LocalIntNode) as the program's RankInt."""
+    from torch.distributed._local_tensor import LocalIntNode
+
+    if isinstance(v, RankInt) or not hasattr(v, "node") or not isinstance(v.node, LocalIntNode):
+        return v
+    return rank_values.make(dict(v.node._local_ints), label)

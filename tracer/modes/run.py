@@ -102,9 +102,10 @@ def run_job(job: Job) -> int:
         if job.mode == "local":
             from torch.distributed._local_tensor import LocalTensorMode
 
-            from tracer.capture import fsdp_local, local_ops, rank_reads
+            from tracer.capture import fsdp_local, local_ops, local_rng, rank_reads
 
             local_ops.install(p, rec)
+            local_rng.install(p)
             fsdp_local.install(p)
             rank_reads.install(p, rec)
             rec.attribution.install()
@@ -114,7 +115,7 @@ def run_job(job: Job) -> int:
                 num = Numerics(rec, job.world_size)
                 num.install(p)
             with LocalTensorMode(job.world_size):
-                job.program.run()
+                job.program.run(init_globals={"int": rank_reads.ProgramInt})
         else:
             from tracer.capture import object_collectives
             from tracer.capture.channel import Channel, channel_dir
@@ -161,6 +162,11 @@ def run_job(job: Job) -> int:
             pass
         if num is not None:
             num.close()
+        if job.mode == "local":
+            from tracer.capture import rank_branch, rank_reads
+
+            rank_branch.finish_all()
+            rank_reads.uninstall()
         rec.close(status, error)
         from tracer.capture import process_group
 

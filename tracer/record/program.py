@@ -29,12 +29,13 @@ class Program:
         else:
             raise ValueError("nothing to record: give a script or an entrypoint")
 
-    def run(self) -> None:
+    def run(self, init_globals: dict | None = None) -> None:
+        """Run it; a script starts with `init_globals` in its namespace (local mode's `int`)."""
         if self.script is not None:
             path = os.path.abspath(self.script)
             sys.argv = [self.script, *self.args]
             sys.path[0] = os.path.dirname(path)
-            runpy.run_path(path, run_name="__main__")
+            runpy.run_path(path, init_globals=init_globals, run_name="__main__")
         else:
             assert self.entrypoint is not None  # check() demands a script or an entrypoint
             mod_name, fn_name = self.entrypoint.split(":", 1)
