@@ -50,7 +50,7 @@ _DEFAULT_LEFT: list = [None]
 def _book(g: torch.Generator, ranks) -> _Book:
     now = g.get_state()
     book = _BOOKS.get(g)
-    if book is None or not torch.equal(book.left, now) or set(book.states) != set(ranks):
+    if book is None or not _same(book.left, now) or set(book.states) != set(ranks):
         book = _BOOKS[g] = _Book(now, ranks)  # new, or reseeded / set by the program since
     return book
 
@@ -125,10 +125,19 @@ def _follow_default(lm) -> None:
     if left is None:
         return
     now = torch.get_rng_state()
-    if not torch.equal(now, left):
+    if not _same(now, left):
         for r in lm.ranks:
             cpu, accel = lm._per_rank_rng_states[r]
             lm._per_rank_rng_states[r] = (now.clone(), accel)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two generator states equal, compared outside any FakeTensorMode (DTensor's sharding
+    propagation runs ops under one: FSDP2 at world size 1 reached here through it)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return torch.equal(a, b)
 
 
 def _left_default(lm) -> None:

@@ -111,12 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     for step in range(cfg.steps):
         tokens, labels = batch(cfg, dp_rank, step)
         seen += labels.numel()
-        if meshes.dp_enabled:  # the loss is normalised by the global token count
-            funcol.all_reduce(count(labels.numel()), "sum", meshes.batch.get_group()).wait()
+        global_tokens = None
+        if meshes.dp_enabled:  # the loss is normalised by the global token count (FSDP sums gradients)
+            global_tokens = funcol.all_reduce(count(labels.numel()), "sum", meshes.batch.get_group()).wait()
         if pp_enabled:
             loss = pipeline_parallel.step(schedule, stages, tokens, labels, cfg.n_stages)
         else:
-            loss = cross_entropy(chunks[0][1](tokens), labels, tp_group, cfg.model.vocab_size)
+            loss = cross_entropy(chunks[0][1](tokens), labels, tp_group, cfg.model.vocab_size, global_tokens)
             loss.backward()
         grad_norm.clip_(params, cfg.training.max_norm, meshes.pp, meshes.ep is not None)
         opt.step()
