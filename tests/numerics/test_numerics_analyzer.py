@@ -201,3 +201,30 @@ def test_bad_tolerance_is_bad_input(tmp_path):
     a = write(tmp_path / "a.trace", {0: model_rows()})
     proc = run_tracer("analyzer", "numerics", a, "--rtol", "-1")
     assert proc.returncode == 2 and "--rtol must be" in one_line_error(proc)
+
+
+@pytest.mark.parametrize("ref_loss, grads, rule", [(4.0, [0.4, 0.8], "sum"), (1.0, [0.1, 0.2], "mean")])
+def test_distinct_losses_combine_as_the_reference_does(tmp_path, ref_loss, grads, rule):
+    """4 ranks, 4 batches: the trace holds the mean (1.0) of 4 distinct losses and each rank's
+    own input gradients (their parts add up to [0.4, 0.8]). Against a reference loss of 4.0 the
+    losses are summed and the gradients stand; against 1.0 they are averaged and the gradients
+    are 4x the global ones."""
+    loss = dict(row("forward", "loss", "", [1.0], shape=[]), layout="mean of 4")
+    mine = [loss, row("backward", "grad_input", "lin", [0.4, 0.8])]
+    theirs = [row("forward", "loss", "", [ref_loss], shape=[]), row("backward", "grad_input", "lin", grads)]
+    rc, out = numerics(
+        write(tmp_path / "a.trace", {0: mine}), "--ref", write(tmp_path / "r.trace", {0: theirs}, world=1)
+    )
+    assert (rc, out["findings"]) == (0, [])
+    assert any(f"combine as their {rule} at step(s) 0" in n for n in out["trace"]["notes"])
+
+
+def test_mixed_precision_step_takes_the_forward_dtype(tmp_path):
+    """A float32 gradient 1e-3 off, in a step whose forward ran in bfloat16: within tolerance."""
+    out_bf16 = row("forward", "output", "lin", [1.0, 2.0], dtype="bfloat16")
+    mine = [out_bf16, row("backward", "grad", "lin.weight", [0.1001, 0.2002])]
+    theirs = [out_bf16, row("backward", "grad", "lin.weight", [0.1, 0.2])]
+    a, ref = write(tmp_path / "a.trace", {0: mine}), write(tmp_path / "r.trace", {0: theirs}, world=1)
+    assert numerics(a, "--ref", ref)[0] == 0
+    mine32 = [dict(out_bf16, dtype="float32"), mine[1]]
+    assert numerics(write(tmp_path / "a32.trace", {0: mine32}), "--ref", ref)[0] == 1
