@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 from torch.distributed._functional_collectives import AsyncCollectiveTensor
-from torch.distributed._local_tensor import LocalTensor, maybe_disable_local_tensor_mode
+from torch.distributed._local_tensor import LocalTensor
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 from torch.nn.modules.module import register_module_forward_pre_hook
@@ -119,7 +119,7 @@ class Numerics:
             return
         self.busy = True
         try:
-            with maybe_disable_local_tensor_mode(), torch.no_grad():
+            with torch.no_grad():  # on the ranks' plain shards: LocalTensorMode runs them as they are
                 local = loss.to_local() if isinstance(loss, DTensor) else loss
                 values = [float(v.double().reshape(())) for v in _locals(local, self.world).values()]
         finally:
@@ -173,7 +173,7 @@ class Numerics:
             return (0.0, 0.0, 0.0)
         self.busy = True
         try:
-            with maybe_disable_local_tensor_mode(), torch.no_grad():
+            with torch.no_grad():  # on the ranks' plain shards: LocalTensorMode runs them as they are
                 d, shape, numel, layout, ranks = self._digest(t, part_of)
         finally:
             self.busy = False
