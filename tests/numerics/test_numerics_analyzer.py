@@ -228,3 +228,12 @@ def test_mixed_precision_step_takes_the_forward_dtype(tmp_path):
     assert numerics(a, "--ref", ref)[0] == 0
     mine32 = [dict(out_bf16, dtype="float32"), mine[1]]
     assert numerics(write(tmp_path / "a32.trace", {0: mine32}), "--ref", ref)[0] == 1
+
+
+def test_numerics_needs_local_mode(tmp_path):
+    from conftest import program
+
+    proc = run_tracer(
+        "tracer", "record", "--script", program("dtensor"), "-n", "4", "--numerics", "-o", str(tmp_path / "x.trace")
+    )
+    assert proc.returncode == 2 and "--numerics needs --mode local" in one_line_error(proc)
