@@ -237,3 +237,15 @@ def test_numerics_needs_local_mode(tmp_path):
         "tracer", "record", "--script", program("dtensor"), "-n", "4", "--numerics", "-o", str(tmp_path / "x.trace")
     )
     assert proc.returncode == 2 and "--numerics needs --mode local" in one_line_error(proc)
+
+
+def test_report_has_a_numerics_section(tmp_path):
+    a = write(tmp_path / "a.trace", {0: model_rows(grad=(0.1, 0.3))})
+    ref = write(tmp_path / "ref.trace", {0: model_rows()}, world=1)
+    html = tmp_path / "r.html"
+    proc = run_tracer("analyzer", "report", a, "--ref", ref, "-o", str(html))
+    assert proc.returncode == 0 and "1 numerics finding(s)" in proc.stdout, proc.stderr
+    page = html.read_text()
+    assert 'id="numerics"' in page and "numerics_divergence" in page and "lin.weight" in page
+    proc = run_tracer("analyzer", "report", write(tmp_path / "f.trace", {}, mode="fake"), "--ref", ref, "-o", str(html))
+    assert proc.returncode == 2 and "fake-mode trace has no numerics" in one_line_error(proc)
