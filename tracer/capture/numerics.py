@@ -182,7 +182,7 @@ class Numerics:
 
     def _digest(self, t, part_of: bool) -> tuple[Digest, list | None, int, str, dict | None]:
         if isinstance(t, DTensor):
-            return self._dtensor(t)
+            return self._dtensor(t, part_of)
         locals_ = _locals(t, self.world)
         ranks = sorted(locals_)
         per = _per_rank([locals_[r] for r in ranks])
@@ -199,43 +199,56 @@ class Numerics:
         numel = sum(locals_[r].numel() for r in firsts)
         return d, None, numel, f"plain x{len(classes)}", None
 
-    def _dtensor(self, t: DTensor) -> tuple[Digest, list | None, int, str, dict | None]:
+    def _dtensor(self, t: DTensor, part_of: bool) -> tuple[Digest, list | None, int, str, dict | None]:
+        """A DTensor's global value on its mesh by its placements. A mesh of part of the world
+        (a tp submesh of dp x tp) has siblings that the placements do not describe: across them
+        the value is treated as a plain one (identical: one copy; an activation's distinct
+        values: parts; a parameter's: replicas that must agree)."""
         mesh = t.device_mesh
-        grid = _grid(mesh.mesh)
         shape = tuple(mesh.mesh.shape)
         placements = t.placements
         locals_ = _locals(t._local_tensor, self.world)
         partial = [i for i, p in enumerate(placements) if isinstance(p, Partial)]
         replicate = [i for i, p in enumerate(placements) if isinstance(p, Replicate)]
         layout = ",".join(str(p) for p in placements)
-        fixed = [range(1) if i in partial or i in replicate else range(n) for i, n in enumerate(shape)]
-        pieces: list[torch.Tensor] = []
-        for c in itertools.product(*fixed):
-            if not partial:
-                pieces.append(locals_[_at(grid, c)])
-                continue
-            members = []
-            for pc in itertools.product(*[range(shape[i]) for i in partial]):
-                cc = list(c)
-                for i, v in zip(partial, pc):
-                    cc[i] = v
-                members.append(locals_[_at(grid, tuple(cc))])
-            pieces.append(_reduce(members, [placements[i] for i in partial]))
-        d = _add_up(_per_rank(pieces))
-        ranks_dict = None
-        if replicate and any(shape[i] > 1 for i in replicate):
-            groups = []
-            for c in itertools.product(*[range(1) if i in replicate else range(n) for i, n in enumerate(shape)]):
-                group = []
-                for rc in itertools.product(*[range(shape[i]) for i in replicate]):
+        grids = _sibling_grids(mesh, _grid(mesh.mesh), self.world)
+        per_grid: list[Digest] = []
+        for grid in grids:
+            fixed = [range(1) if i in partial or i in replicate else range(n) for i, n in enumerate(shape)]
+            pieces: list[torch.Tensor] = []
+            for c in itertools.product(*fixed):
+                if not partial:
+                    pieces.append(locals_[_at(grid, c)])
+                    continue
+                members = []
+                for pc in itertools.product(*[range(shape[i]) for i in partial]):
                     cc = list(c)
-                    for i, v in zip(replicate, rc):
+                    for i, v in zip(partial, pc):
                         cc[i] = v
-                    group.append(_at(grid, tuple(cc)))
-                groups.append(sorted(group))
+                    members.append(locals_[_at(grid, tuple(cc))])
+                pieces.append(_reduce(members, [placements[i] for i in partial]))
+            per_grid.append(_add_up(_per_rank(pieces)))
+        distinct = list(dict.fromkeys(per_grid))
+        numel = t.numel()
+        out_shape: list | None = list(t.shape)
+        if len(distinct) == 1 or not part_of:
+            d = per_grid[0]
+        else:
+            d, numel, out_shape = _add_up(distinct), numel * len(distinct), None
+            layout += f" x{len(distinct)}"
+        # ranks that must hold the same local value: those at the same mesh position but for
+        # the Replicate dims, in every sibling mesh too where the value is a parameter's
+        keys: dict[tuple, list[int]] = {}
+        for k, grid in enumerate(grids):
+            for c in itertools.product(*[range(n) for n in shape]):
+                key = tuple(0 if i in replicate else v for i, v in enumerate(c))
+                keys.setdefault(key if not part_of else (k, *key), []).append(_at(grid, c))
+        groups = [sorted(g) for g in keys.values() if len(g) > 1]
+        ranks_dict = None
+        if groups:
             ranks = sorted(r for g in groups for r in g)
             ranks_dict = _ranks_dict(groups, ranks, _per_rank([locals_[r] for r in ranks]))
-        return d, list(t.shape), t.numel(), layout, ranks_dict
+        return d, out_shape, numel, layout, ranks_dict
 
     def _row(self, phase, what, name, dtype, shape, numel, d: Digest, layout, ranks) -> None:
         c = self.cols
@@ -285,6 +298,39 @@ def _grid(mesh_tensor) -> list:
     if isinstance(mesh_tensor, LocalTensor):
         mesh_tensor = next(iter(mesh_tensor._local_tensors.values()))
     return mesh_tensor.tolist()
+
+
+def _sibling_grids(mesh, grid: list, world: int) -> list:
+    """The mesh as rank 0 sees it, then the sibling meshes of the other ranks (LocalTensorMode
+    gives every rank rank 0's mesh tensor): rank 0's grid shifted by the offsets of its dims'
+    sibling groups, each kept where it lies in the world and overlaps none before it."""
+    from torch.distributed._local_tensor import _c10d as local_c10d
+
+    flat = _flat(grid)
+    offsets: set[int] = set()
+    for i in range(mesh.ndim):
+        try:
+            _, offs, _ = local_c10d._prepare_collective_groups(mesh.get_group(i))
+        except Exception:  # a mesh dim without its own group: no siblings known
+            continue
+        offsets.update(int(o) for o in offs)
+    grids, taken = [grid], set(flat)
+    for o in sorted(offsets):
+        moved = {r + o for r in flat}
+        if o == 0 or max(moved) >= world or taken & moved:
+            continue
+        grids.append(_shift(grid, o))
+        taken |= moved
+    return grids
+
+
+def _flat(grid) -> list[int]:
+    return [r for g in grid for r in _flat(g)] if isinstance(grid, list) else [int(grid)]
+
+
+def _shift(grid, by: int):
+    """Python lists, not a tensor: a tensor made under LocalTensorMode is a LocalTensor."""
+    return [_shift(g, by) for g in grid] if isinstance(grid, list) else int(grid) + by
 
 
 def _at(grid, coord: tuple) -> int:
