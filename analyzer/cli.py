@@ -192,6 +192,44 @@ def lint(
 
 
 @app.command()
+def numerics(
+    trace: str = typer.Argument(..., help="A trace recorded with `--mode local --numerics`."),
+    ref: str = typer.Option(
+        None,
+        "--ref",
+        help="A reference recording of the same model (e.g. its 1-rank twin): report the first value "
+        "that differs from it.",
+    ),
+    rtol: float = typer.Option(
+        None, "--rtol", help="Relative tolerance for every dtype (default by dtype: float32 1e-4, bfloat16 3e-2, ...)."
+    ),
+    atol: float = typer.Option(None, "--atol", help="Absolute tolerance under every scale (default 1e-9)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
+) -> None:
+    """Numerics parity: values declared replicated that differ between ranks (replica_divergence)
+    and, with --ref, the first module output, gradient or parameter that differs from the
+    reference (numerics_divergence), with the collectives recorded around it. Exit 0 equal within
+    tolerance, 1 divergence, 2 bad input."""
+    from analyzer.checks.numerics_tolerance import ATOL, Tolerance
+    from analyzer.numerics import NumericsInputError, require, run
+
+    for name, value in (("--rtol", rtol), ("--atol", atol)):
+        if value is not None and not value >= 0:
+            _fail(f"{name} must be a number >= 0, got {value}")
+    t = _load(trace)
+    r = _load(ref) if ref is not None else None
+    try:
+        require(t, trace)
+        if r is not None:
+            require(r, ref)
+        checked = run(t, r, Tolerance(rtol=rtol, atol=ATOL if atol is None else atol), ref_path=ref or "")
+    except NumericsInputError as e:
+        _fail(str(e))
+    _render(json_out, "numerics", t, checked.findings, checked.notes, ref)
+    raise typer.Exit(1 if checked.findings else 0)
+
+
+@app.command()
 def hang(
     trace: str = typer.Argument(..., help="A trace (dry run or killed run) or a folder of parts / FR dumps."),
     expected: str = typer.Option(
@@ -345,12 +383,17 @@ def report(
         help="Price the communication on this cluster (as `analyzer cost`); 'none': no time plot.",
     ),
     ranks_per_node: int | None = typer.Option(None, "--ranks-per-node", help="As for `analyzer cost`."),
+    ref: str = typer.Option(
+        None, "--ref", help="Numerics reference (a trace recorded with --numerics): as `analyzer numerics --ref`."
+    ),
 ) -> None:
     """One self-contained HTML page (no network needed): summary, findings with their frames, the
     wait-for graph of a hang or deadlock, volume plots per mesh dim x op x phase and per step, the
-    time per step on --cluster next to them, and with --diff the divergence and volume tables.
+    time per step on --cluster next to them, lint's advice, numerics (on a trace recorded with
+    --numerics; against --ref where given), and with --diff the divergence and volume tables.
     Exit 0 once written (a picture, not a check: gate CI on `analyzer check`), 2 bad input."""
     from analyzer.cost.cluster import ClusterError, load_cluster
+    from analyzer.numerics import NumericsInputError, require
     from analyzer.report import ReportInputs, build_report
 
     spec = None
@@ -359,21 +402,27 @@ def report(
             spec = load_cluster(cluster, ranks_per_node)
         except ClusterError as e:
             _fail(str(e))
-    _output(output, trace, diff_with, expected)
+    _output(output, trace, diff_with, expected, ref)
     t = _load(trace)
     other = _load(diff_with) if diff_with else None
     golden = _load(expected) if expected else None
-    rep = build_report(
-        t,
-        ReportInputs(
-            source=trace,
-            other=other,
-            other_source=diff_with,
-            expected=golden,
-            eager_bytes=eager_bytes,
-            cluster=spec,
-        ),
+    numerics_ref = _load(ref) if ref else None
+    inputs = ReportInputs(
+        source=trace,
+        other=other,
+        other_source=diff_with,
+        expected=golden,
+        eager_bytes=eager_bytes,
+        cluster=spec,
+        ref=numerics_ref,
+        ref_source=ref,
     )
+    try:
+        if numerics_ref is not None:
+            require(t, trace)
+        rep = build_report(t, inputs)
+    except NumericsInputError as e:
+        _fail(str(e))
     from analyzer.render.html import render
 
     page = render(rep)
@@ -384,6 +433,7 @@ def report(
         f"wrote {output}: {len(rep.findings)} finding{'s' if len(rep.findings) != 1 else ''}, "
         + (f"hang ({stuck} ranks stuck)" if stuck else "no hang")
         + ("" if rep.diff is None else ", same pattern as B" if rep.diff.equal else ", differs from B")
+        + ("" if rep.numerics is None else f", {len(rep.numerics.findings)} numerics finding(s)")
     )
 
 

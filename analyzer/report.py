@@ -4,8 +4,9 @@
 
 Pure: a loaded trace in, frames and findings out; nothing here draws or writes. The report runs
 what `check` runs, `hang`'s analysis when the trace can hang at all (below), the volume tables
-behind the plots, `summary`'s rank classes, `lint`'s advice, given a second trace `diff`, and
-given a cluster the communication time per step (`analyzer cost`; the advice is priced on it).
+behind the plots, `summary`'s rank classes, `lint`'s advice, given a second trace `diff`, given
+a cluster the communication time per step (`analyzer cost`; the advice is priced on it), and on
+a trace recorded with --numerics `numerics` (against --ref where given).
 
 When hang analysis runs: always for post-mortem traces (where each stream stopped is the whole
 question; the frontier is columnar). A dry run is replayed under blocking semantics only when
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyzer.checks import run_checks
-from analyzer.checks.options import CheckOptions
+from analyzer.checks.options import Checked, CheckOptions
 from analyzer.compare.diff import Diff, diff_traces
 from analyzer.compare.normalize import group_keys
 from analyzer.compare.summary import Summary, comm_events, summarize
@@ -34,6 +35,8 @@ from analyzer.lint import run_lint
 from analyzer.lint.options import LintOptions, for_cluster
 from analyzer.model.findings import Finding
 from analyzer.model.trace import Trace
+from analyzer.numerics import require
+from analyzer.numerics import run as run_numerics
 from analyzer.waitfor.semantics import post_mortem
 
 
@@ -51,6 +54,9 @@ class ReportInputs:
     eager_bytes: int = 0
     cluster: ClusterSpec | None = None
     """--cluster: price the communication on it (time plots next to the byte plots)."""
+    ref: Trace | None = None
+    ref_source: str | None = None
+    """--ref: a numerics reference recording and its path (`analyzer numerics --ref`)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -79,6 +85,8 @@ class Report:
     """Communication time per step on inputs.cluster (`analyzer cost`)."""
     advice: list[Finding] = field(default_factory=list)
     """`analyzer lint`'s advice (on inputs.cluster where given)."""
+    numerics: Checked | None = None
+    """`analyzer numerics` (against inputs.ref where given); None for a trace without numerics."""
 
 
 def may_hang(trace: Trace, found: list[Finding]) -> bool:
@@ -119,6 +127,12 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
         frontier, hang_found = frontier_rows(trace, hang), hang.findings
     volume, per_step = volume_frames(trace)
     diff = diff_traces(trace, inputs.other) if inputs.other is not None else None
+    numerics = None
+    if trace.numerics is not None:
+        require(trace, inputs.source)  # NumericsInputError: the CLI's bad input
+        if inputs.ref is not None:
+            require(inputs.ref, inputs.ref_source or "the reference")
+        numerics = run_numerics(trace, inputs.ref, ref_path=inputs.ref_source or "the reference")
     return Report(
         trace=trace,
         inputs=inputs,
@@ -132,4 +146,5 @@ def build_report(trace: Trace, inputs: ReportInputs) -> Report:
         diff=diff,
         cost=step_cost(trace, inputs.cluster) if inputs.cluster is not None else None,
         advice=run_lint(trace, for_cluster(inputs.cluster) if inputs.cluster is not None else LintOptions()).findings,
+        numerics=numerics,
     )

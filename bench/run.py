@@ -355,6 +355,28 @@ def golden_sizes() -> None:
     )
 
 
+def numerics_cost(work: str) -> None:
+    """--numerics on the hsdp_tp example (8 ranks, local mode) against the same recording
+    without it: the digests of every module output, input gradient and parameter per step."""
+    config = os.path.join(REPO, "examples", "hsdp_tp.toml")
+    walls = {}
+    for name, extra in (("plain", []), ("numerics", ["--numerics"])):
+        out = os.path.join(work, f"hsdp_tp_{name}.trace")
+        r = run("tracer", "record", config, "--mode", "local", "-o", out, *extra)
+        if r.code != 0:
+            row(f"record hsdp_tp --mode local {' '.join(extra)}", f"failed: {r.stderr.strip()[-120:]}", "", "", False)
+            return
+        walls[name] = r.wall
+    ratio = walls["numerics"] / walls["plain"]
+    row(
+        "record hsdp_tp (8 ranks) --mode local --numerics vs without",
+        f"{walls['numerics']:.1f} s vs {walls['plain']:.1f} s: {ratio:.2f}x",
+        "<= 2x",
+        "",
+        ratio <= 2.0,
+    )
+
+
 def steps(work: str, quick: bool) -> dict:
     """Every step of the table by name (--list, --only), in the order they run."""
     return {
@@ -374,6 +396,7 @@ def steps(work: str, quick: bool) -> dict:
         "tt-70b": lambda: torchtitan_preset(work, quick, "tt-70b"),
         "tt-405b": lambda: torchtitan_preset(work, quick, "tt-405b"),
         "goldens": golden_sizes,
+        "numerics": lambda: numerics_cost(work),
     }
 
 

@@ -13,6 +13,7 @@ maps, each with a type key "t":
     pblock   many events of one rank: a table of distinct patterns plus, per event, a pattern
              code, seq, step, batch and timestamp, each column packed (traceformat/codec.py)
     block    (v1) many events of one rank as plain little-endian column arrays
+    numerics digests of tensor values per step (local mode --numerics; traceformat/numerics.py)
     end      a rank finished: its event count, status ("ok" / "error") and error line
     footer   once, last: the file is complete
 
@@ -34,7 +35,7 @@ import numpy as np
 from traceformat import codec
 
 FORMAT_NAME = "commtrace"
-VERSION = (2, 0)
+VERSION = (2, 1)
 BLOCK_EVENTS = 65536
 
 # (name, numpy dtype). Atom columns hold ids into the atom table; -1 means "none".
@@ -303,6 +304,11 @@ class TraceWriter:
                 }
             )
 
+    def numerics(self, records: list[dict]) -> None:
+        """Numerics records (traceformat/numerics.py), written as given."""
+        for rec in records:
+            self._write(rec)
+
     def end(self, rank: int, n_events: int, status: str = "ok", error: str | None = None) -> None:
         self._flush_atoms()
         self._write({"t": "end", "r": rank, "n": n_events, "status": status, "error": error})
@@ -333,6 +339,8 @@ class TraceData:
     columns: dict[int, Any] = field(default_factory=dict)
     """Per rank: {column: array} (a codec.RankColumns when read; None once a loader took it)."""
     ends: dict[int, dict] = field(default_factory=dict)
+    numerics: list[dict] = field(default_factory=list)
+    """Numerics records in file order (traceformat/numerics.py), each as written."""
     complete: bool = False  # footer seen
     truncated_at: int | None = None  # byte offset where decoding stopped early
     notes: list[str] = field(default_factory=list)

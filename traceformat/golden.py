@@ -104,7 +104,13 @@ def canonical(data: fmt.TraceData, root: str, cwd: str) -> fmt.TraceData:
         atoms[aid] = _portable_frame(atoms[aid], root, cwd)
     header = dict(data.header, created="", config=_portable_config(data.header.get("config") or {}, root, cwd))
     return fmt.TraceData(
-        header=header, atoms=atoms, groups=data.groups, columns=columns, ends=data.ends, complete=data.complete
+        header=header,
+        atoms=atoms,
+        groups=data.groups,
+        columns=columns,
+        ends=data.ends,
+        complete=data.complete,
+        numerics=data.numerics,
     )
 
 

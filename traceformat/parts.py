@@ -106,6 +106,7 @@ def merge(
                 summary.notes.extend(data.notes)
                 for rank, cols in tables.remap(data).items():
                     writer.block(rank, cols)
+                writer.numerics(data.numerics)
                 for rank in data.header.get("ranks", []):
                     end = summary.ends[rank] = _rank_end(data, rank)
                     writer.end(rank, end["n"], end["status"], end["error"])
@@ -126,6 +127,7 @@ def combine(datas: list[TraceData]) -> TraceData:
     out = TraceData(header=header, complete=all(d.complete for d in datas))
     for d in datas:
         out.notes.extend(d.notes)
+        out.numerics.extend(d.numerics)
         out.columns.update(tables.remap(d))
         for rank in d.header.get("ranks", []):
             out.ends[rank] = _rank_end(d, rank)
@@ -186,6 +188,7 @@ def _write_data(path: str, data: TraceData, rows: bool) -> None:
         else:
             for rank, cols in _Tables(w).remap(data).items():
                 w.block(rank, cols)
+        w.numerics(data.numerics)
         for rank, cols in data.columns.items():
             end = data.ends.get(rank, {"n": len(cols["op"]), "status": "ok", "error": None})
             w.end(rank, end["n"], end["status"], end["error"])

@@ -10,7 +10,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from traceformat import codec
+from traceformat import codec, numerics
 from traceformat.format import (
     ATOM_COLUMNS,
     BLOCK_EVENTS,
@@ -182,6 +182,12 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout
         if error is not None and not isinstance(error, str):
             raise TraceFormatError("end record with an error that is not text")
         trace.ends[_rank(rec)] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": error}
+    elif kind == numerics.RECORD:
+        try:
+            numerics.decode(rec)
+        except numerics.NumericsError as e:
+            raise TraceFormatError(str(e)) from None
+        trace.numerics.append(rec)
     elif kind == "footer":
         trace.complete = True
     elif kind == "header":

@@ -9,6 +9,8 @@ from analyzer.checks import (
     fr_numbers,
     groups,
     missing_ranks,
+    numerics_parity,
+    numerics_replicas,
     ordering,
     p2p,
     p2p_cause,
@@ -45,9 +47,11 @@ KINDS: dict[str, Kind] = {
         rank_status.MISSING_RANK,
         rank_status.FAILED_RANK,
         stalled_rank.STALLED_RANK,
+        numerics_replicas.REPLICA_DIVERGENCE,
+        numerics_parity.NUMERICS_DIVERGENCE,
     )
 }
-"""Every kind of finding the analyzer reports (`check`'s and `hang`'s), by name: what the
+"""Every kind of finding the analyzer reports (`check`'s, `hang`'s and `numerics`'), by name: what the
 README and --help material list."""
 
 

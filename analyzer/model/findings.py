@@ -100,13 +100,20 @@ class Finding:
     fr: dict | None = None
     """On Flight Recorder dumps: the dump's own numbers of the entries (checks.fr_numbers)."""
     module: str | None = None
-    """Lint advice: the module the advised collectives ran under (their common ancestor)."""
+    """Lint advice: the module the advised collectives ran under (their common ancestor);
+    numerics findings: the module or parameter FQN of the value."""
     frame: str | None = None
     """Lint advice: the user frame that issued them (the first)."""
     per_step: int | None = None
     """Lint advice: how many of the advised collectives one rank runs per step (the most)."""
     seconds_per_step: float | None = None
     """Lint advice with a cluster: the communication time per step the advice would save."""
+    step: int | None = None
+    """Numerics findings: the step where the value first differs."""
+    phase: str | None = None
+    """Numerics findings: forward / backward / optimizer."""
+    numerics: dict | None = None
+    """Numerics findings: what was compared (value, error vs tolerance, the collectives around)."""
 
     @property
     def severity(self) -> str:
@@ -151,6 +158,9 @@ class Finding:
             frame=self.frame,
             per_step=self.per_step,
             seconds_per_step=self.seconds_per_step,
+            step=self.step,
+            phase=self.phase,
+            numerics=self.numerics,
         )
         return out
 

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from analyzer.model.atoms import validate as validate_atoms
+from analyzer.model.numerics import frames as numerics_frames
 from analyzer.model.text import ranks_text
 from traceformat import codec
 from traceformat import format as fmt
@@ -68,6 +69,10 @@ class Trace:
     """Per rank: n, status ("ok" / "error" / "truncated"), error."""
     notes: list[str] = field(default_factory=list)
     truncated: bool = False
+    numerics: pl.DataFrame | None = None
+    """Digests of values per step (`--numerics` recordings; analyzer.model.numerics), None without."""
+    replicas: pl.DataFrame | None = None
+    """Per-rank digests of values declared replicated (analyzer.model.numerics), None without."""
     _events: pl.DataFrame | None = field(default=None, repr=False)
 
     def has(self, column: str) -> bool:
@@ -233,6 +238,8 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None, columns: dict
         notes=notes,
         truncated=truncated,
     )
+    if data.numerics:
+        trace.numerics, trace.replicas = numerics_frames(data.numerics)
     if trace.missing_ranks:
         trace.notes.append(f"missing ranks (no events): {ranks_text(trace.missing_ranks)}")
     cut = set()  # in a file that ends early, a rank with no stream is known only to be past the cut

@@ -189,6 +189,25 @@ def advice(console: Console, trace: Trace, found: list, notes: Sequence[str] = (
             console.print(Padding(f"[dim]{escape(where)}[/]", (0, 0, 0, 2)))
 
 
+def numerics(console: Console, trace: Trace, found: list, notes: Sequence[str] = (), ref: str | None = None) -> None:
+    trace_header(console, trace, notes)
+    against = f" and match {escape(ref)}" if ref else ""
+    if not found:
+        console.print(f"[bold green]✓ no findings[/]: replicated values agree on every rank{against} within tolerance")
+        return
+    console.print(f"[bold red]✗ {len(found)} finding{'s' if len(found) != 1 else ''}[/]")
+    for f in found:
+        console.print(
+            f"[bold]{f.kind.name}[/] · {escape(str(f.module))} · step {f.step} {f.phase} · "
+            f"ranks [red]{escape(ranks_text(f.culprit_ranks))}[/]"
+        )
+        console.print("  " + escape(f.message), style=None)
+        info = f.numerics or {}
+        for side, key in (("here", "comms"), ("reference", "reference_comms")):
+            if key in info:
+                console.print(f"  [dim]{side}:[/] " + (escape("; ".join(info[key])) or "no collective"))
+
+
 def _detail(f) -> str:
     """A finding's message, what the majority did and the culprits' frames (rich markup)."""
     detail = [escape(f.message)]

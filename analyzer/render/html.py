@@ -15,6 +15,7 @@ from analyzer.model.text import group_text, ranks_text
 from analyzer.render import plots, waitgraph
 from analyzer.render.console import human_bytes
 from analyzer.render.html_diff import diff_section
+from analyzer.render.html_numerics import numerics_section
 from analyzer.render.html_parts import MAX_ROWS, Raw, esc, figure, section, table
 from analyzer.render.html_style import CSS
 
@@ -283,6 +284,7 @@ def render(report) -> str:
         cards(report),
         findings_section(report),
         advice_section(report),
+        numerics_section(report),
         hang_section(report, picture),
         volume_section(
             report,
@@ -309,7 +311,10 @@ def render(report) -> str:
 
 
 def _nav(report) -> str:
-    links = [("findings", "Findings"), ("advice", "Advice"), ("hang", "Hang"), ("volume", "Volume")]
+    links = [("findings", "Findings")]
+    if report.numerics is not None:
+        links.append(("numerics", "Numerics"))
+    links += [("advice", "Advice"), ("hang", "Hang"), ("volume", "Volume")]
     if report.diff is not None:
         links.append(("diff", "Diff"))
     links.append(("summary", "Summary"))

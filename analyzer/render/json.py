@@ -39,34 +39,24 @@ def summary(trace: Trace, s: Summary) -> None:
     sys.stdout.write("\n")
 
 
-def findings(trace: Trace, found: list, notes: Sequence[str] = ()) -> None:
+def findings(trace: Trace, found: list, notes: Sequence[str] = (), **extra) -> None:
+    """The findings contract: findings, counts per kind, the command's `extra` keys, the trace."""
     counts: dict[str, int] = {}
     for f in found:
         counts[f.kind.name] = counts.get(f.kind.name, 0) + 1
-    json.dump(
-        {"findings": [f.to_json() for f in found], "counts": counts, "trace": trace_info(trace, notes)},
-        sys.stdout,
-        indent=1,
-    )
+    out = {"findings": [f.to_json() for f in found], "counts": counts, **extra, "trace": trace_info(trace, notes)}
+    json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
 
 def advice(trace: Trace, found: list, notes: Sequence[str] = (), cluster: str | None = None) -> None:
     """`analyzer lint --json`: the findings contract, severity advice; `cluster` the one priced on."""
-    counts: dict[str, int] = {}
-    for f in found:
-        counts[f.kind.name] = counts.get(f.kind.name, 0) + 1
-    json.dump(
-        {
-            "findings": [f.to_json() for f in found],
-            "counts": counts,
-            "cluster": cluster,
-            "trace": trace_info(trace, notes),
-        },
-        sys.stdout,
-        indent=1,
-    )
-    sys.stdout.write("\n")
+    findings(trace, found, notes, cluster=cluster)
+
+
+def numerics(trace: Trace, found: list, notes: Sequence[str] = (), ref: str | None = None) -> None:
+    """`analyzer numerics --json`: the findings contract; `reference` the --ref path."""
+    findings(trace, found, notes, reference=ref)
 
 
 def hang(trace: Trace, report, frontier: list[dict]) -> None:

@@ -94,8 +94,11 @@ def test_finding_kinds_are_declared_by_their_emitters():
         "split_mismatch",
         "p2p_mismatch",
         "group_mismatch",
+        "replica_divergence",
+        "numerics_divergence",
     }
     assert {k for k, v in KINDS.items() if not v.majority} == {
+        "numerics_divergence",
         "missing_collective",
         "group_mismatch",
         "failed_rank",

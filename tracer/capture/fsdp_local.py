@@ -41,6 +41,10 @@ class _RankIndexableChunks(list):
     def __getitem__(self, idx):
         per_rank = _local_int_map(idx)
         if per_rank is None:
+            if isinstance(idx, torch.SymInt) and idx.node.maybe_as_int() is not None:
+                # LocalTensorMode(1): the one rank's shard index is a constant node, which has
+                # no int_() for __index__ (torch 2.13)
+                idx = idx.node.maybe_as_int()
             return super().__getitem__(idx)
         from torch.distributed._local_tensor import enabled_local_tensor_mode
 

@@ -58,6 +58,12 @@ def record(
         help="Tensor math: real, fake (FakeTensorMode: shapes only; "
         "ranks that read a tensor value are re-recorded for real) or auto (default).",
     ),
+    numerics: bool = typer.Option(
+        False,
+        "--numerics",
+        help="Record numerics per step (loss, gradient norm, digests of module outputs, input gradients and "
+        "parameters; local mode only): `analyzer numerics` compares them.",
+    ),
     executor: str = typer.Option(
         "local",
         "--executor",
@@ -92,6 +98,7 @@ def record(
         timeout=timeout,
         jobs=jobs,
         compute=compute,
+        numerics=numerics or None,
         executor=executor,
         ray_address=ray_address,
     )

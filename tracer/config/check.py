@@ -42,6 +42,8 @@ def check(cfg: JobConfig) -> None:
         raise ValueError(f'tracer.compute must be "auto", "fake" or "real", got {cfg.tracer.compute!r}')
     if cfg.tracer.world_size < 0:
         raise ValueError(f"tracer.world_size must be at least 1, got {cfg.tracer.world_size}")
+    if cfg.tracer.twin_of_dp < 0:
+        raise ValueError(f"tracer.twin_of_dp must be at least 1 (0: not a twin), got {cfg.tracer.twin_of_dp}")
     if cfg.tracer.steps < 0:
         raise ValueError(f"tracer.steps must be at least 1, got {cfg.tracer.steps}")
     if not cfg.builtin:  # a user's program: the parallel degrees are its business

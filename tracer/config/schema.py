@@ -179,6 +179,11 @@ class TracerSection:
     compute: str = "auto"
     """Tensor math: "real", "fake" (FakeTensorMode, shapes only; ranks that read a tensor value
     are re-recorded with real compute) or "auto" (see tracer/record/compute.py)."""
+    numerics: bool = False
+    """Record numerics digests per step (local mode only; `analyzer numerics`)."""
+    twin_of_dp: int = 0
+    """This run is the 1-rank numerics twin of a config with this data-parallel degree: its one
+    batch is those dp ranks' batches together (0: a run of its own; `analyzer numerics --ref`)."""
 
 
 @dataclass(kw_only=True, slots=True)

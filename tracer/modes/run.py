@@ -39,6 +39,8 @@ class Job:
     timeout: float | None = None
     """Seconds a rank waits for a peer's object before it fails (fake mode; None: as long as
     the peer runs)."""
+    numerics: bool = False
+    """Record numerics digests per step (local mode; tracer/capture/numerics.py)."""
     threads: int = 0
     """torch intra-op threads for this process (0: torch's default, one per core). Ranks
     recorded side by side get a share of the cores each: oversubscribed OpenMP threads spin
@@ -94,6 +96,7 @@ def run_job(job: Job) -> int:
     status, error, code = "ok", None, 3
     failed: list[int] = []  # local mode: the simulated ranks an error is theirs alone (arg_checks)
     ch = None
+    num = None
     said = sys.stderr = LastLine(sys.stderr)  # what an argparse error said before its SystemExit
     try:
         patches.install(p, rec, rank=pg_rank, world_size=job.world_size)
@@ -108,6 +111,11 @@ def run_job(job: Job) -> int:
             fsdp_local.install(p)
             rank_reads.install(p, rec)
             rec.attribution.install()
+            if job.numerics:
+                from tracer.capture.numerics import Numerics
+
+                num = Numerics(rec, job.world_size)
+                num.install(p)
             with LocalTensorMode(job.world_size):
                 job.program.run(init_globals={"int": rank_reads.ProgramInt})
         else:
@@ -155,6 +163,8 @@ def run_job(job: Job) -> int:
             rec.attribution.uninstall()
         except Exception:
             pass
+        if num is not None:
+            num.close()
         if job.mode == "local":
             from tracer.capture import rank_branch
 

@@ -81,6 +81,7 @@ def _from_program(asked: RecordOptions) -> RecordRequest:
         jobs=asked.jobs,
         executor=asked.executor,
         ray_address=asked.ray_address,
+        numerics=pick(asked.numerics, default=False),
     )
 
 
@@ -123,4 +124,5 @@ def _from_config(asked: RecordOptions, note: Note) -> RecordRequest:
         jobs=asked.jobs,
         executor=asked.executor,
         ray_address=asked.ray_address,
+        numerics=pick(asked.numerics, cfg.tracer.numerics, default=False),
     )

@@ -51,6 +51,8 @@ class RecordOptions:
     """-j: ranks recorded at once."""
     compute: str | None = None
     """--compute: real, fake or auto (over [tracer] compute)."""
+    numerics: bool | None = None
+    """--numerics: record numerics digests (local mode; over [tracer] numerics)."""
     executor: str = "local"
     """--executor: local or ray."""
     ray_address: str | None = None

@@ -77,6 +77,7 @@ class _Recording:
             root=os.getcwd(),
             threads=_threads(self.workers, len(self.ranks) if request.mode == "fake" else 1),
             timeout=request.timeout,
+            numerics=request.numerics,
         )
         self.todo = self._plan()
         self.outcomes: list[Outcome] = []

@@ -49,6 +49,8 @@ class RecordRequest:
     share: SharePlan | None = None
     """Record only its representatives and verification ranks, derive the other asked ranks by
     relabelling (tracer/record/sharing.py; fake mode)."""
+    numerics: bool = False
+    """Record numerics digests per step (--numerics; local mode only: tracer/capture/numerics.py)."""
     progress: bool = True
     """A progress bar on a terminal."""
 
@@ -71,6 +73,8 @@ class RecordRequest:
             raise ValueError(f"--compute must be fake or real, got {self.compute!r}")
         if self.compute == "fake" and self.mode != "fake":
             raise ValueError("--compute fake needs --mode fake (local mode computes every rank with LocalTensor)")
+        if self.numerics and self.mode != "local":
+            raise ValueError("--numerics needs --mode local (only LocalTensor computes every rank's real values)")
         if self.executor not in EXECUTORS:
             raise ValueError(f"--executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
         check_output(self.out, self.program, self.config.get("config_file"))

@@ -59,9 +59,12 @@ class LossParallelCrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, tp_group: dist.ProcessGroup | None,
-                  vocab: int) -> torch.Tensor:
-    """Mean cross-entropy over tokens; `tp_group` set: `logits` hold this rank's vocab shard."""
+                  vocab: int, tokens: torch.Tensor | int | None = None) -> torch.Tensor:
+    """Cross-entropy summed over tokens and divided by `tokens`: the global token count over the
+    data-parallel ranks (TorchTitan's normalisation: FSDP then sums gradients, division off),
+    by default this rank's own count. `tp_group` set: `logits` hold this rank's vocab shard."""
     flat, target = logits.flatten(0, 1).float(), labels.flatten(0, 1)
+    total = target.numel() if tokens is None else tokens
     if tp_group is None:
-        return F.cross_entropy(flat, target)
-    return LossParallelCrossEntropy.apply(flat, target, tp_group, vocab) / target.numel()
+        return F.cross_entropy(flat, target, reduction="sum") / total
+    return LossParallelCrossEntropy.apply(flat, target, tp_group, vocab) / total

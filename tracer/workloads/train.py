@@ -41,11 +41,15 @@ def read_config(argv: list[str] | None = None) -> config_mod.JobConfig:
 def batch(cfg: config_mod.JobConfig, dp_rank, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Synthetic tokens, different per data-parallel rank and step: the same in fake and local
     mode (dp_rank is a per-rank value under LocalTensorMode), so MoE routing, and with it the
-    expert-parallel all_to_all splits, matches between the modes."""
+    expert-parallel all_to_all splits, matches between the modes. A numerics twin
+    (`[tracer] twin_of_dp = D`, one rank) takes the D dp ranks' batches together."""
     t, vocab = cfg.training, cfg.model.vocab_size
     g = torch.Generator().manual_seed(1000 + step)
     base = torch.randint(vocab, (t.local_batch_size, t.seq_len + 1), generator=g)
-    data = (base * (dp_rank + 1) + dp_rank * 7) % vocab
+    if cfg.tracer.twin_of_dp > 0:
+        data = torch.cat([(base * (d + 1) + d * 7) % vocab for d in range(cfg.tracer.twin_of_dp)])
+    else:
+        data = (base * (dp_rank + 1) + dp_rank * 7) % vocab
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
@@ -107,12 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     for step in range(cfg.steps):
         tokens, labels = batch(cfg, dp_rank, step)
         seen += labels.numel()
-        if meshes.dp_enabled:  # the loss is normalised by the global token count
-            funcol.all_reduce(count(labels.numel()), "sum", meshes.batch.get_group()).wait()
+        global_tokens = None
+        if meshes.dp_enabled:  # the loss is normalised by the global token count (FSDP sums gradients)
+            global_tokens = funcol.all_reduce(count(labels.numel()), "sum", meshes.batch.get_group()).wait()
         if pp_enabled:
             loss = pipeline_parallel.step(schedule, stages, tokens, labels, cfg.n_stages)
         else:
-            loss = cross_entropy(chunks[0][1](tokens), labels, tp_group, cfg.model.vocab_size)
+            loss = cross_entropy(chunks[0][1](tokens), labels, tp_group, cfg.model.vocab_size, global_tokens)
             loss.backward()
         grad_norm.clip_(params, cfg.training.max_norm, meshes.pp, meshes.ep is not None)
         opt.step()

@@ -25,7 +25,7 @@ from tracer.record.compute import resolve as resolve_compute
 from tracer.record.options import RecordOptions, pick
 from tracer.record.request import RecordRequest
 
-TRACER_KEYS = {"world_size", "ranks", "output", "compute", "steps"}
+TRACER_KEYS = {"world_size", "ranks", "output", "compute", "steps", "numerics"}
 """What [tracer] takes next to [job] torchtitan."""
 
 # [parallelism] / [training] keys of a TorchTitan v0.2 TOML passed on to TorchTitan's trainer
@@ -75,6 +75,7 @@ def from_toml(asked: RecordOptions, note: Callable[[str], None]) -> RecordReques
         ranks=pick(asked.ranks, default=r if isinstance(r, str) else ",".join(map(str, r))),
         out=pick(asked.out, section.get("output"), default=os.path.splitext(os.path.basename(path))[0] + ".trace"),
         compute=section.get("compute"),
+        numerics=section.get("numerics"),
     )
 
 
@@ -86,8 +87,9 @@ def _request(
     ranks: str,
     out: str | None,
     compute: str | None = None,
+    numerics: bool | None = None,
 ) -> RecordRequest:
-    """`compute`: the TOML's (the command line's wins)."""
+    """`compute`, `numerics`: the TOML's (the command line's wins)."""
     if asked.mode is not None and asked.mode not in ALIASES:
         raise ValueError(f"--mode must be fake or local (or fake_backend / local_tensor), got {asked.mode!r}")
     p = plan(job, world_size=world_size, mode=ALIASES[asked.mode] if asked.mode else None)
@@ -107,6 +109,7 @@ def _request(
         jobs=asked.jobs,
         executor=asked.executor,
         ray_address=asked.ray_address,
+        numerics=bool(pick(asked.numerics, numerics, default=False)),
     )
 
 

@@ -1,0 +1,390 @@
+"""Numerics under local mode (`tracer record --mode local --numerics`): per step, a digest (sum,
+sum of squares, max |x|, in float64) of the GLOBAL value of every module's forward output, the
+gradient of its input, the loss, every parameter's gradient (as the optimizer sees it), the
+global gradient norm and every parameter after the optimizer step; and each rank's own digest
+where the value is declared replicated. Written as one traceformat.numerics record per step.
+
+LocalTensorMode holds every rank's shard, so the global value is computed here, in this process,
+without a collective: a DTensor's placements say how (Shard: the shards' digests add up,
+Replicate: one copy, Partial: the shards are reduced elementwise first). A plain tensor says
+nothing about its layout; the rule (docs/numerics.md): identical on every rank -> one copy; a
+parameter or its gradient -> replicated (DP / TP keep it identical), the lowest rank's value is
+the global one and every rank's digest goes into the record; an activation that differs between
+ranks -> each distinct value is a part of the global one (a data- or sequence-sharded batch, a
+tensor-parallel shard returned as local), their digests add up.
+
+Gradients of activations are those of each rank's own loss, recorded as they are. When the
+ranks' losses differ (data parallel over different batches), the global loss is their mean (each
+rank's loss a mean over its batch: DDP) or their sum (each normalised by the global token count:
+TorchTitan); the loss row holds the mean of the k distinct losses (layout "mean of k") and the
+analyzer decides which against the reference (analyzer/checks/numerics_parity.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any
+
+import torch
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
+from torch.distributed._local_tensor import LocalTensor
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
+from torch.nn.modules.module import register_module_forward_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from traceformat import numerics as fmt_numerics
+from tracer.capture.patches import Patcher
+from tracer.capture.recorder import Recorder, tensor_dtype
+
+Digest = tuple[float, float, float]
+"""(sum, sum of squares, max |x|) in float64."""
+
+
+class Numerics:
+    """Collects one step's digests at a time and writes them to the lowest recorded rank's part."""
+
+    def __init__(self, rec: Recorder, world_size: int):
+        self.rec = rec
+        self.attr = rec.attribution
+        self.world = world_size
+        self.writer = rec.streams[min(rec.ranks)].writer
+        self.cols: dict[str, list] = {name: [] for name in fmt_numerics.FIELD_NAMES}
+        self.hooked: set[int] = set()
+        self.roots: dict[int, torch.nn.Module] = {}
+        self.handles: list = []
+        self.busy = False
+
+    # ---- hooks --------------------------------------------------------------------------
+    def install(self, p: Patcher) -> None:
+        """After Attribution.install: its hooks (module stack, step count) run before these."""
+        self.handles = [
+            register_module_forward_pre_hook(self._pre),
+            register_optimizer_step_pre_hook(self._opt_pre),
+            register_optimizer_step_post_hook(self._opt_post),
+        ]
+        orig = torch.Tensor.backward
+        me = self
+
+        def backward(self, *args, **kwargs):
+            if self.numel() == 1 and self.is_floating_point():
+                me._loss(self)
+            return orig(self, *args, **kwargs)
+
+        p.set(torch.Tensor, "backward", backward)
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        self._flush(self.attr.step)
+
+    def _pre(self, mod, args):
+        if self.busy or _in_backward():  # activation checkpointing's recompute: already recorded
+            return None
+        if len(self.attr._stack) == 1:
+            self.roots[id(mod)] = mod
+        if id(mod) not in self.hooked:
+            # a module hook appended now runs after the hooks parallelize_module / fully_shard
+            # registered: it sees the output the caller gets (a TP output_fn's local tensor)
+            self.hooked.add(id(mod))
+            mod.register_forward_hook(self._out)
+        if not torch.is_grad_enabled():
+            return None
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.requires_grad and a.is_floating_point():
+                # a view only this module consumes: its gradient is the module's input gradient
+                tap = a.view_as(a)
+                tap.register_hook(functools.partial(self._grad_in, self._name(mod)))
+                return (*args[:i], tap, *args[i + 1 :])
+            if isinstance(a, torch.Tensor):
+                break
+        return None
+
+    def _out(self, mod, args, out) -> None:
+        if self.busy or _in_backward():
+            return
+        t = _first_tensor(out)
+        if t is not None:
+            self._add("forward", "output", self._name(mod), t, part_of=True)
+
+    def _grad_in(self, name: str, grad) -> None:
+        if grad is not None and not self.busy:
+            self._add("backward", "grad_input", name, grad, part_of=True)
+
+    def _loss(self, loss) -> None:
+        if self.busy:
+            return
+        self.busy = True
+        try:
+            with torch.no_grad():  # on the ranks' plain shards: LocalTensorMode runs them as they are
+                local = loss.to_local() if isinstance(loss, DTensor) else loss
+                values = [float(v.double().reshape(())) for v in _locals(local, self.world).values()]
+        finally:
+            self.busy = False
+        distinct = sorted(set(values))  # tp / cp replicas of one loss count once
+        mean = sum(distinct) / len(distinct)
+        d = (mean, mean * mean, abs(mean))
+        self._row("forward", "loss", "", tensor_dtype(loss), [], 1, d, f"mean of {len(distinct)}", None)
+
+    def _opt_pre(self, opt, args, kwargs) -> None:
+        if self.attr.in_optimizer != 1:
+            return
+        names = self._param_names()
+        total = 0.0
+        dtype = "float32"
+        for gi, group in enumerate(opt.param_groups):
+            for pi, param in enumerate(group["params"]):
+                if param.grad is None:
+                    continue
+                dtype = tensor_dtype(param.grad)
+                d = self._add("backward", "grad", names.get(id(param), f"param_groups.{gi}.{pi}"), param.grad)
+                total += d[1]
+        norm = math.sqrt(total)
+        self._row("backward", "grad_norm", "", dtype, [], 1, (norm, total, norm), "norm", None)
+
+    def _opt_post(self, opt, args, kwargs) -> None:
+        if self.attr.in_optimizer != 0:
+            return
+        names = self._param_names()
+        for gi, group in enumerate(opt.param_groups):
+            for pi, param in enumerate(group["params"]):
+                self._add("optimizer", "param", names.get(id(param), f"param_groups.{gi}.{pi}"), param.detach())
+        self._flush(self.attr.step - 1)  # Attribution's post hook counted the step already
+
+    # ---- digests ------------------------------------------------------------------------
+    def _name(self, mod) -> str:
+        return self.attr._names.get(id(mod)) or type(mod).__name__
+
+    def _param_names(self) -> dict[int, str]:
+        names: dict[int, str] = {}
+        for root in self.roots.values():
+            for name, param in root.named_parameters():
+                names.setdefault(id(param), name)
+        return names
+
+    def _add(self, phase: str, what: str, name: str, t, part_of: bool = False) -> Digest:
+        """Digest `t` (global and, where declared replicated, per rank) into the step's rows.
+        part_of: an activation (distinct plain values are parts of the global one); otherwise a
+        parameter or gradient (a plain one is replicated)."""
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            return (0.0, 0.0, 0.0)
+        self.busy = True
+        try:
+            with torch.no_grad():  # on the ranks' plain shards: LocalTensorMode runs them as they are
+                d, shape, numel, layout, ranks = self._digest(t, part_of)
+        finally:
+            self.busy = False
+        self._row(phase, what, name, tensor_dtype(t), shape, numel, d, layout, ranks)
+        return d
+
+    def _digest(self, t, part_of: bool) -> tuple[Digest, list | None, int, str, dict | None]:
+        if isinstance(t, DTensor):
+            return self._dtensor(t, part_of)
+        locals_ = _locals(t, self.world)
+        ranks = sorted(locals_)
+        per = _per_rank([locals_[r] for r in ranks])
+        classes: dict[Digest, list[int]] = {}
+        for r, d in zip(ranks, per):
+            classes.setdefault(d, []).append(r)
+        replicated = None if part_of or self.world < 2 else _ranks_dict([ranks], ranks, per)
+        if len(classes) == 1:
+            return per[0], list(t.shape), t.numel(), "plain", replicated
+        if not part_of:
+            return per[0], list(t.shape), t.numel(), "plain", replicated
+        firsts = [members[0] for members in classes.values()]
+        d = _add_up([per[ranks.index(r)] for r in firsts])
+        numel = sum(locals_[r].numel() for r in firsts)
+        return d, None, numel, f"plain x{len(classes)}", None
+
+    def _dtensor(self, t: DTensor, part_of: bool) -> tuple[Digest, list | None, int, str, dict | None]:
+        """A DTensor's global value on its mesh by its placements. A mesh of part of the world
+        (a tp submesh of dp x tp) has siblings that the placements do not describe: across them
+        the value is treated as a plain one (identical: one copy; an activation's distinct
+        values: parts; a parameter's: replicas that must agree)."""
+        mesh = t.device_mesh
+        shape = tuple(mesh.mesh.shape)
+        placements = t.placements
+        locals_ = _locals(t._local_tensor, self.world)
+        partial = [i for i, p in enumerate(placements) if isinstance(p, Partial)]
+        replicate = [i for i, p in enumerate(placements) if isinstance(p, Replicate)]
+        layout = ",".join(str(p) for p in placements)
+        grids = _sibling_grids(mesh, _grid(mesh.mesh), self.world)
+        per_grid: list[Digest] = []
+        for grid in grids:
+            fixed = [range(1) if i in partial or i in replicate else range(n) for i, n in enumerate(shape)]
+            pieces: list[torch.Tensor] = []
+            for c in itertools.product(*fixed):
+                if not partial:
+                    pieces.append(locals_[_at(grid, c)])
+                    continue
+                members = []
+                for pc in itertools.product(*[range(shape[i]) for i in partial]):
+                    cc = list(c)
+                    for i, v in zip(partial, pc):
+                        cc[i] = v
+                    members.append(locals_[_at(grid, tuple(cc))])
+                pieces.append(_reduce(members, [placements[i] for i in partial]))
+            per_grid.append(_add_up(_per_rank(pieces)))
+        distinct = list(dict.fromkeys(per_grid))
+        numel = t.numel()
+        out_shape: list | None = list(t.shape)
+        if len(distinct) == 1 or not part_of:
+            d = per_grid[0]
+        else:
+            d, numel, out_shape = _add_up(distinct), numel * len(distinct), None
+            layout += f" x{len(distinct)}"
+        # ranks that must hold the same local value: those at the same mesh position but for
+        # the Replicate dims, in every sibling mesh too where the value is a parameter's
+        keys: dict[tuple, list[int]] = {}
+        for k, grid in enumerate(grids):
+            for c in itertools.product(*[range(n) for n in shape]):
+                key = tuple(0 if i in replicate else v for i, v in enumerate(c))
+                keys.setdefault(key if not part_of else (k, *key), []).append(_at(grid, c))
+        groups = [sorted(g) for g in keys.values() if len(g) > 1]
+        ranks_dict = None
+        if groups:
+            ranks = sorted(r for g in groups for r in g)
+            ranks_dict = _ranks_dict(groups, ranks, _per_rank([locals_[r] for r in ranks]))
+        return d, out_shape, numel, layout, ranks_dict
+
+    def _row(self, phase, what, name, dtype, shape, numel, d: Digest, layout, ranks) -> None:
+        c = self.cols
+        c["phase"].append(phase)
+        c["what"].append(what)
+        c["name"].append(name)
+        c["dtype"].append(dtype)
+        c["shape"].append(shape)
+        c["numel"].append(int(numel))
+        c["sum"].append(float(d[0]))
+        c["sumsq"].append(float(d[1]))
+        c["amax"].append(float(d[2]))
+        c["layout"].append(layout)
+        c["ranks"].append(ranks)
+
+    def _flush(self, step: int) -> None:
+        if self.cols["phase"]:
+            self.writer.numerics([fmt_numerics.record(max(step, 0), self.cols)])
+            self.cols = {name: [] for name in fmt_numerics.FIELD_NAMES}
+
+
+def _in_backward() -> bool:
+    return torch._C._current_graph_task_id() != -1
+
+
+def _first_tensor(out) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return next((x for x in out if isinstance(x, torch.Tensor)), None)
+    if isinstance(out, dict):
+        return next((x for x in out.values() if isinstance(x, torch.Tensor)), None)
+    return None
+
+
+def _locals(t, world: int) -> dict[int, torch.Tensor]:
+    """Each rank's plain value: a LocalTensor's shards, or the same tensor on every rank."""
+    while isinstance(t, AsyncCollectiveTensor):  # a functional collective's result: LocalTensor computed it already
+        t = t.elem
+    if isinstance(t, LocalTensor):
+        return dict(t._local_tensors)
+    return dict.fromkeys(range(world), t)
+
+
+def _grid(mesh_tensor) -> list:
+    """The mesh's global ranks as nested lists (a LocalTensor mesh holds the same on every rank)."""
+    if isinstance(mesh_tensor, LocalTensor):
+        mesh_tensor = next(iter(mesh_tensor._local_tensors.values()))
+    return mesh_tensor.tolist()
+
+
+def _sibling_grids(mesh, grid: list, world: int) -> list:
+    """The mesh as rank 0 sees it, then the sibling meshes of the other ranks (LocalTensorMode
+    gives every rank rank 0's mesh tensor): rank 0's grid shifted by the offsets of its dims'
+    sibling groups, each kept where it lies in the world and overlaps none before it."""
+    from torch.distributed._local_tensor import _c10d as local_c10d
+
+    flat = _flat(grid)
+    offsets: set[int] = set()
+    for i in range(mesh.ndim):
+        try:
+            _, offs, _ = local_c10d._prepare_collective_groups(mesh.get_group(i))
+        except Exception:  # a mesh dim without its own group: no siblings known
+            continue
+        offsets.update(int(o) for o in offs)
+    grids, taken = [grid], set(flat)
+    for o in sorted(offsets):
+        moved = {r + o for r in flat}
+        if o == 0 or max(moved) >= world or taken & moved:
+            continue
+        grids.append(_shift(grid, o))
+        taken |= moved
+    return grids
+
+
+def _flat(grid) -> list[int]:
+    return [r for g in grid for r in _flat(g)] if isinstance(grid, list) else [int(grid)]
+
+
+def _shift(grid, by: int):
+    """Python lists, not a tensor: a tensor made under LocalTensorMode is a LocalTensor."""
+    return [_shift(g, by) for g in grid] if isinstance(grid, list) else int(grid) + by
+
+
+def _at(grid, coord: tuple) -> int:
+    for c in coord:
+        grid = grid[c]
+    return int(grid)
+
+
+def _reduce(members: list[torch.Tensor], placements: list) -> torch.Tensor:
+    """Partial shards reduced elementwise, as the pending all-reduce would."""
+    ops = {getattr(p, "reduce_op", "sum") for p in placements}
+    x = torch.stack([m.double() for m in members])
+    if ops <= {"sum"}:
+        return x.sum(0)
+    if ops <= {"avg"}:
+        return x.mean(0)
+    if ops <= {"max"}:
+        return x.amax(0)
+    if ops <= {"min"}:
+        return x.amin(0)
+    return x.sum(0)
+
+
+def _per_rank(ts: list[torch.Tensor]) -> list[Digest]:
+    """The digest of each tensor (one stacked reduction when they have the same shape)."""
+    if not ts:
+        return []
+    if all(t.shape == ts[0].shape for t in ts) and ts[0].numel() > 0 and len(ts) > 1:
+        x = torch.stack([t.detach().reshape(-1) for t in ts]).double()
+        sums, sqs, amaxs = x.sum(1).tolist(), (x * x).sum(1).tolist(), x.abs().amax(1).tolist()
+        return list(zip(sums, sqs, amaxs))
+    out = []
+    for t in ts:
+        if t.numel() == 0:
+            out.append((0.0, 0.0, 0.0))
+            continue
+        x = t.detach().double()
+        out.append((float(x.sum()), float((x * x).sum()), float(x.abs().max())))
+    return out
+
+
+def _add_up(ds: list[Digest]) -> Digest:
+    """The digest of the concatenation of disjoint parts."""
+    return (sum(d[0] for d in ds), sum(d[1] for d in ds), max((d[2] for d in ds), default=0.0))
+
+
+def _ranks_dict(groups: list[list[int]], ranks: list[int], per: list[Digest]) -> dict:
+    return {
+        "groups": groups,
+        "rank": list(ranks),
+        "sum": [d[0] for d in per],
+        "sumsq": [d[1] for d in per],
+        "amax": [d[2] for d in per],
+    }
+
+
+_ = Shard  # placements other than Partial / Replicate are shards (Shard, _StridedShard): digests add up
