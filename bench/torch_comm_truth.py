@@ -91,7 +91,7 @@ class LoggingCommDebugMode(CommDebugMode):
             self.closing.discard(id(mod))
             return set_module(mod, inp, out)
 
-        tracker._fw_set_module_hook = closed  # type: ignore[method-assign]
+        tracker._fw_set_module_hook = closed
 
     def returned(self, mod, inp, out) -> None:
         self.closing.add(id(mod))
@@ -124,7 +124,7 @@ def run(script: str, rank: int, world: int) -> list[dict]:
     def fake_init(*args, **kwargs):  # the script's backend -> torch's fake one, this rank of `world`
         real_init(backend="fake", store=FakeStore(), rank=rank, world_size=world)
 
-    dist.init_process_group = fake_init  # type: ignore[assignment]
+    dist.init_process_group = fake_init
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     mode = LoggingCommDebugMode()
 
@@ -140,7 +140,7 @@ def run(script: str, rank: int, world: int) -> list[dict]:
     finally:
         handle.remove()
         returned.remove()
-        dist.init_process_group = real_init  # type: ignore[assignment]
+        dist.init_process_group = real_init
         if dist.is_initialized():
             dist.destroy_process_group()
     return mode.log

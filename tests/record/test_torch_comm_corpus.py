@@ -76,12 +76,22 @@ class Window:
     """commtrace's own module column (exclusive): FQN -> direction -> op -> count."""
 
 
-F, B, O = "forward", "backward", "optimizer"
+F, B, OPT = "forward", "backward", "optimizer"
 W = Window
 WINDOWS = [
     # test_redistribute.py
-    W("redistribute", 1, "test_shard_to_replicate_forward_backward: all_gather_into_tensor 1; backward total 0", {F: {AG: 1}}),
-    W("redistribute", 3, "test_replicate_to_shard_forward_backward: total 0; backward total 1, all_gather 1", {B: {AG: 1}}),
+    W(
+        "redistribute",
+        1,
+        "test_shard_to_replicate_forward_backward: all_gather_into_tensor 1; backward total 0",
+        {F: {AG: 1}},
+    ),
+    W(
+        "redistribute",
+        3,
+        "test_replicate_to_shard_forward_backward: total 0; backward total 1, all_gather 1",
+        {B: {AG: 1}},
+    ),
     W("redistribute", 5, "test_partial_to_replicate_forward_backward: all_reduce 1; backward total 0", {F: {AR: 1}}),
     W("redistribute", 7, "test_replicate_to_local_partial_grad: total 1, all_reduce 1", {B: {AR: 1}}),
     W("redistribute", 9, "test_partial_to_shard: reduce_scatter_tensor 1", {F: {RS: 1}}),
@@ -197,7 +207,13 @@ WINDOWS = [
         {F: {AG: 1}, B: {RS: 1}},
         root="Linear",
     ),
-    W("tp_style", 5, "test_rowwise_parallel_style: all_reduce 1, total 1; backward total 1", {F: {AR: 1}}, root="Linear"),
+    W(
+        "tp_style",
+        5,
+        "test_rowwise_parallel_style: all_reduce 1, total 1; backward total 1",
+        {F: {AR: 1}},
+        root="Linear",
+    ),
     W(
         "tp_style",
         7,
@@ -241,7 +257,7 @@ WINDOWS = [
         "tp_examples",
         7,
         "test_transformer_training EXP_SEQ_PARALLEL_CC: fwd {rs 6, ag 6}, bwd {rs 5, ag 6}, optim {all_reduce: 30}",
-        {F: {RS: 6, AG: 6}, B: {RS: 5, AG: 6}, O: {AR: 30}},
+        {F: {RS: 6, AG: 6}, B: {RS: 5, AG: 6}, OPT: {AR: 30}},
         root="Transformer",
     ),
     W("tp_examples", 9, "test_loss_parallel: total 3, all_reduce 3; backward total 0", {F: {AR: 3}}),
@@ -286,7 +302,7 @@ WINDOWS = [
 
 
 def direction(phase: str) -> str:
-    return phase if phase in (B, O) else F
+    return phase if phase in (B, OPT) else F
 
 
 def window_events(t, rank: int, step: int) -> list[dict]:
@@ -405,9 +421,11 @@ def test_matches_comm_debug_mode(corpus, truth, script, mode):
         if mode == "local":  # torch's own other path (LOCAL_PATH): asserted by test_peer_counts
             want = [e for e in want if (script, e["step"]) not in LOCAL_PATH]
             got = [e for e in got if (script, e["step"]) not in LOCAL_PATH]
-        key = (lambda e: (e["step"], direction(e["phase"]) if e["phase"] != O else F, e["op"])) if (
-            script in UNIT_ATTRIBUTION
-        ) else (lambda e: (e["step"], direction(e["phase"]) if e["phase"] != O else F, e["module"], e["op"]))
+        key = (
+            (lambda e: (e["step"], direction(e["phase"]) if e["phase"] != OPT else F, e["op"]))
+            if (script in UNIT_ATTRIBUTION)
+            else (lambda e: (e["step"], direction(e["phase"]) if e["phase"] != OPT else F, e["module"], e["op"]))
+        )
         assert [key(e) for e in got] == [key(e) for e in want], (script, rank)
 
 

@@ -59,7 +59,7 @@ for is_seq_parallel in (False, True):
 # under implicit_replication (sequence parallel: 30 all_reduce of the replicated norms' grads)
 for is_seq_parallel in (False, True):
     model_args = ModelArgs(dropout_p=0.0)
-    model_tp = Transformer.parallelize(Transformer(model_args), device_mesh, is_seq_parallel, local_output_for_attn=False)
+    model_tp = Transformer.parallelize(Transformer(model_args), device_mesh, is_seq_parallel)
     optim_tp = torch.optim.Adam(model_tp.parameters(), lr=0.25)
     torch.manual_seed(0)
     inp = torch.randint(model_args.vocab_size, [8, 8])
