@@ -2,7 +2,11 @@
 that the recorder (capture, replay), the format, the checks, normalize, the wait-for semantics
 and the Flight Recorder conventions read; add an op here and every reader knows it.
 
-Torch-free. Ops are c10d's names (`all_gather_into_tensor`, not `_allgather_base`).
+Torch-free. Ops are c10d's names (`all_gather_into_tensor`, not `_allgather_base`), one per
+op torch dispatches (`dispatched`: the c10d and functional dispatcher ops of torch 2.13 that an
+op stands for). A coalesced op is what torch issued, even for one tensor: inside
+`_coalescing_manager` c10d dispatches `allgather_into_tensor_coalesced_` for a single
+all_gather_into_tensor, and the trace says `all_gather_into_tensor_coalesced`.
 """
 
 from __future__ import annotations
@@ -49,6 +53,15 @@ class Op:
     """Each member contributes its own size (NCCL's `all_gather_v` / `reduce_scatter_v`, as Flight
     Recorder names them): the shared side is the sum of the members' own sides, not the own side
     times the group size."""
+    reduces: bool = False
+    """Combines the members' data with the `reduce_op` (all-reduces, reduce, reduce-scatters)."""
+    splits: bool = False
+    """Each member sends every member a slice of its input sized by split lists, recorded in the
+    `splits` column (all_to_all_single)."""
+    dispatched: tuple[str, ...] = ()
+    """The dispatcher ops (`c10d::...`, `_c10d_functional::...`, `_dtensor::...`) torch 2.13
+    issues for it; empty for ops torch does not dispatch (Flight Recorder's `_v` forms, group
+    creation, markers). tests/format/test_dispatched_ops.py holds them against torch's registry."""
 
 
 def _collective(name: str, **kw) -> Op:
@@ -58,34 +71,119 @@ def _collective(name: str, **kw) -> Op:
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        _collective("all_reduce", agree="in", in_place=True),
-        _collective("all_reduce_coalesced", agree="in", in_place=True),
-        _collective("all_gather", agree="out", size_factor=1, each_output="input"),
-        _collective("all_gather_coalesced", agree="in", size_factor=1, each_output="input"),
-        _collective("all_gather_into_tensor", agree="in", size_factor=1, flat=True),
-        _collective("all_gather_into_tensor_coalesced", agree="in", size_factor=1, flat=True),
+        _collective(
+            "all_reduce",
+            agree="in",
+            in_place=True,
+            reduces=True,
+            dispatched=("c10d::allreduce_", "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_"),
+        ),
+        _collective(
+            "all_reduce_coalesced",
+            agree="in",
+            in_place=True,
+            reduces=True,
+            dispatched=(
+                "c10d::allreduce_coalesced_",
+                "_c10d_functional::all_reduce_coalesced",
+                "_c10d_functional::all_reduce_coalesced_",
+            ),
+        ),
+        _collective("all_gather", agree="out", size_factor=1, each_output="input", dispatched=("c10d::allgather_",)),
+        _collective(
+            "all_gather_coalesced",
+            agree="in",
+            size_factor=1,
+            each_output="input",
+            dispatched=("c10d::allgather_coalesced_",),
+        ),
+        _collective(
+            "all_gather_into_tensor",
+            agree="in",
+            size_factor=1,
+            flat=True,
+            dispatched=(
+                "c10d::_allgather_base_",
+                "_c10d_functional::all_gather_into_tensor",
+                "_c10d_functional::all_gather_into_tensor_out",
+            ),
+        ),
+        _collective(
+            "all_gather_into_tensor_coalesced",
+            agree="in",
+            size_factor=1,
+            flat=True,
+            dispatched=(
+                "c10d::allgather_into_tensor_coalesced_",
+                "_c10d_functional::all_gather_into_tensor_coalesced",
+            ),
+        ),
         _collective("all_gather_v", agree="out", size_factor=1, each_output="input", uneven=True),
-        _collective("reduce_scatter", agree="in", size_factor=-1, each_output="chunk"),
-        _collective("reduce_scatter_v", agree="in", size_factor=-1, each_output="chunk", uneven=True),
-        _collective("reduce_scatter_tensor", agree="out", size_factor=-1, flat=True),
-        _collective("reduce_scatter_tensor_coalesced", agree="out", size_factor=-1, flat=True),
-        _collective("broadcast", agree="in", rooted=True, in_place=True),
-        _collective("reduce", agree="in", rooted=True, in_place=True),
-        _collective("gather", agree="in", rooted=True, each_output="input"),
-        _collective("scatter", agree="out", rooted=True, each_output="chunk"),
-        _collective("all_to_all", each_output="chunk"),
-        _collective("all_to_all_single"),
-        _collective("barrier"),
-        Op(name="send", kind=P2P),
-        Op(name="recv", kind=P2P),
+        _collective(
+            "reduce_scatter",
+            agree="in",
+            size_factor=-1,
+            each_output="chunk",
+            reduces=True,
+            dispatched=("c10d::reduce_scatter_",),
+        ),
+        _collective("reduce_scatter_v", agree="in", size_factor=-1, each_output="chunk", uneven=True, reduces=True),
+        _collective(
+            "reduce_scatter_tensor",
+            agree="out",
+            size_factor=-1,
+            flat=True,
+            reduces=True,
+            dispatched=(
+                "c10d::_reduce_scatter_base_",
+                "_c10d_functional::reduce_scatter_tensor",
+                "_c10d_functional::reduce_scatter_tensor_out",
+            ),
+        ),
+        _collective(
+            "reduce_scatter_tensor_coalesced",
+            agree="out",
+            size_factor=-1,
+            flat=True,
+            reduces=True,
+            dispatched=(
+                "c10d::reduce_scatter_tensor_coalesced_",
+                "_c10d_functional::reduce_scatter_tensor_coalesced",
+            ),
+        ),
+        _collective(
+            "broadcast",
+            agree="in",
+            rooted=True,
+            in_place=True,
+            dispatched=("c10d::broadcast_", "_c10d_functional::broadcast", "_c10d_functional::broadcast_"),
+        ),
+        _collective("reduce", agree="in", rooted=True, in_place=True, reduces=True, dispatched=("c10d::reduce_",)),
+        _collective("gather", agree="in", rooted=True, each_output="input", dispatched=("c10d::gather_",)),
+        _collective("scatter", agree="out", rooted=True, each_output="chunk", dispatched=("c10d::scatter_",)),
+        _collective("all_to_all", each_output="chunk", dispatched=("c10d::alltoall_",)),
+        _collective(
+            "all_to_all_single",
+            splits=True,
+            dispatched=(
+                "c10d::alltoall_base_",
+                "_c10d_functional::all_to_all_single",
+                "_dtensor::shard_dim_alltoall",
+            ),
+        ),
+        _collective("barrier", dispatched=("c10d::barrier",)),
+        Op(name="send", kind=P2P, dispatched=("c10d::send", "_c10d_functional::isend")),
+        Op(name="recv", kind=P2P, dispatched=("c10d::recv_", "c10d::recv_any_source_", "_c10d_functional::irecv")),
         Op(name="init_process_group", kind=GROUP),
         Op(name="new_group", kind=GROUP),
         Op(name="split_group", kind=GROUP),
-        Op(name="wait", kind=WAIT),
+        Op(name="wait", kind=WAIT, dispatched=("_c10d_functional::wait_tensor",)),
         Op(name="mesh", kind=MARKER),
         Op(name="redistribute", kind=MARKER),
     )
 }
+DISPATCHED: dict[str, str] = {d: op.name for op in OPS.values() for d in op.dispatched}
+"""Dispatcher op (`c10d::allgather_into_tensor_coalesced_`) -> the op recorded for it."""
 
 
 def names(**where) -> tuple[str, ...]:
@@ -104,3 +202,6 @@ GATHER_OPS = frozenset(names(size_factor=1))
 SCATTER_OPS = frozenset(names(size_factor=-1))
 UNEVEN_OPS = frozenset(names(uneven=True))
 """Gathers / reduce-scatters whose members contribute sizes of their own (the `_v` variants)."""
+WAIT_OPS = frozenset(names(kind=WAIT))
+SPLIT_OPS = frozenset(names(splits=True))
+REDUCING_OPS = frozenset(names(reduces=True))

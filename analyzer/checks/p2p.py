@@ -23,6 +23,7 @@ from analyzer.model.findings import Finding, Kind
 from analyzer.model.text import group_text, shape_text
 from analyzer.model.trace import Trace
 from analyzer.waitfor.semantics import WaitKey
+from traceformat.ops import P2P_OPS
 
 P2P_MISMATCH = Kind(name="p2p_mismatch", about="a matched send and recv that disagree on shape, dtype or tag")
 
@@ -47,7 +48,7 @@ def unmatched_causes(trace: Trace) -> list[tuple[Finding, set[WaitKey]]]:
 
 def _matched(trace: Trace) -> tuple[list[tuple[Finding, set[WaitKey]]], list[Unmatched], dict]:
     """(p2p_mismatch findings with their keys, the sends / recvs nobody matches, the group table)."""
-    pats = trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(["send", "recv"]))
+    pats = trace.patterns.with_columns(op=pl.col("op").cast(pl.String)).filter(pl.col("op").is_in(sorted(P2P_OPS)))
     if pats.is_empty():
         return [], [], {}
     groups = group_table(trace)

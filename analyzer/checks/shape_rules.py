@@ -13,12 +13,17 @@ from analyzer.checks.common import atom_values
 from analyzer.model.findings import Kind
 from analyzer.model.text import frame_text, group_text, is_shapes, ranks_text, shape_text
 from traceformat.format import Mode
-from traceformat.ops import GATHER_OPS, SCATTER_OPS, UNEVEN_OPS
+from traceformat.ops import COLLECTIVE, GATHER_OPS, IN_PLACE_OPS, OPS, SCATTER_OPS, SPLIT_OPS, UNEVEN_OPS, names
 
-SAME_SHAPE = ["all_reduce", "all_reduce_coalesced", "broadcast"]  # output = input, shape and dtype
+# output = input, shape and dtype: the in-place ops, but a rooted reduce (NCCL's out-of-place
+# `_reduce_oop`, in Flight Recorder dumps, writes its root's output only)
+SAME_SHAPE = sorted(n for n in IN_PLACE_OPS if not (OPS[n].rooted and OPS[n].reduces))
 GATHERS = sorted(GATHER_OPS - UNEVEN_OPS)
 SCATTERS = sorted(SCATTER_OPS - UNEVEN_OPS)
 UNEVEN = sorted(UNEVEN_OPS)
+# the list forms (one tensor per member) of the even gathers / reduce-scatters
+LISTS = sorted(set(names(kind=COLLECTIVE, flat=False, coalesced=False)) & set(GATHERS + SCATTERS))
+SPLITS = sorted(SPLIT_OPS)
 DTYPE_MISMATCH = Kind(
     name="dtype_mismatch",
     about="members of a collective passed different dtypes, or an output's dtype differs from its input's",
@@ -110,7 +115,7 @@ def _size_rule(report, trace, groups, pats: pl.DataFrame, positioned, atoms, pre
     )
     gathers = pl.col("op").is_in(GATHERS)
     # the list forms hold one chunk per member, chunks may differ (all_gather_v / reduce_scatter_v)
-    lists = pl.col("op").is_in(["all_gather", "reduce_scatter"])
+    lists = pl.col("op").is_in(LISTS)
     bad = cand.filter(
         pl.when(lists)
         .then(pl.when(gathers).then(pl.col("no")).otherwise(pl.col("ni")) != pl.col("size"))
@@ -166,7 +171,7 @@ def _uneven_rule(report, groups, pats: pl.DataFrame, positioned, atoms, present)
 def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> None:
     """all_to_all_single: what rank i sends j must equal what j expects from i."""
     # splits atoms are two lists of sizes, checked at load (analyzer/model/atoms.py); -1: none recorded
-    a2a = pats.filter((pl.col("op") == "all_to_all_single") & (pl.col("splits") >= 0))
+    a2a = pats.filter(pl.col("op").is_in(SPLITS) & (pl.col("splits") >= 0))
     if a2a.is_empty():
         return
     a2a = positioned(a2a)

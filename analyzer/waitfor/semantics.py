@@ -22,9 +22,9 @@ import polars as pl
 
 from analyzer.model.text import group_text
 from analyzer.model.trace import Trace
-from traceformat.ops import COLLECTIVE_OPS, P2P_OPS
+from traceformat.ops import COLLECTIVE_OPS, P2P_OPS, WAIT_OPS
 
-COMM = sorted(COLLECTIVE_OPS | P2P_OPS | {"wait"})
+COMM = sorted(COLLECTIVE_OPS | P2P_OPS | WAIT_OPS)
 _STREAM_COLUMNS = (
     "rank",
     "idx",

@@ -6,7 +6,16 @@ from conftest import stream
 
 from analyzer.loader import load
 
-SPMD = [("fsdp", 4), ("tp", 4), ("dtensor", 4), ("groups", 8), ("a2a_splits", 4)]
+SPMD = [
+    ("fsdp", 4),
+    ("tp", 4),
+    ("dtensor", 4),
+    ("groups", 8),
+    ("a2a_splits", 4),
+    ("tp_mlp", 4),
+    ("tp_sequence", 4),
+    ("coalesced", 4),
+]
 SKIP = {"ts", "rank", "label", "ranks"}
 
 

@@ -50,6 +50,7 @@ _FUNCTIONAL = {
     "_c10d_functional::all_gather_into_tensor_out": "all_gather_into_tensor",
     "_c10d_functional::all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
     "_c10d_functional::reduce_scatter_tensor": "reduce_scatter_tensor",
+    "_c10d_functional::reduce_scatter_tensor_out": "reduce_scatter_tensor",
     "_c10d_functional::reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
     "_c10d_functional::all_to_all_single": "all_to_all_single",
     "_c10d_functional::broadcast": "broadcast",
@@ -102,8 +103,6 @@ def _describe(name: str, a: dict, result) -> Call:
             call.root = int(a["root_rank"])
         if op == "all_to_all_single":
             call.splits = (list(a["input_split_sizes"]), list(a["output_split_sizes"]))
-        if OPS[op].flat and OPS[op].coalesced and len(call.inputs) == 1:
-            call.op = op.removesuffix("_coalesced")
         return call
     op = _FUNCTIONAL[name]
     group = a.get("group_name", a.get("group"))
@@ -122,8 +121,6 @@ def _describe(name: str, a: dict, result) -> Call:
             # it sends each peer one shard_dim chunk, not a block of dim-0 rows: splits in elements
             n = call.pg.size()
             call.splits = ([call.inputs[0].numel() // n] * n, [call.outputs[0].numel() // n] * n)
-    if len(call.inputs) == 1 and OPS[op].flat and OPS[op].coalesced:
-        call.op = op.removesuffix("_coalesced")
     return call
 
 

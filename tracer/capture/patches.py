@@ -283,10 +283,32 @@ def _install_p2p(p: Patcher, rec: Recorder) -> None:
 
     @contextlib.contextmanager
     def _coalescing_manager(*args, **kwargs):
-        with rec.batch(), orig_cm(*args, **kwargs) as cm:
-            yield cm
+        # the ops queued in the body are issued at the manager's exit, as one c10d *_coalesced
+        # op (one tensor or many); an op issued in the body itself (no fast path) is its own
+        with rec.batch():
+            manager = orig_cm(*args, **kwargs)
+            cm = manager.__enter__()
+            try:
+                yield cm
+            except BaseException:
+                if not manager.__exit__(*sys.exc_info()):
+                    raise
+            else:
+                with rpg.coalesced():
+                    manager.__exit__(None, None, None)
 
     p.everywhere(orig_cm, _coalescing_manager)
+
+    from torch.distributed import _functional_collectives as funcol
+
+    for name in ("all_gather_single_coalesced", "reduce_scatter_single_coalesced"):
+        orig = getattr(funcol, name)
+
+        def coalesced_funcol(*args, _orig=orig, **kwargs):
+            with rpg.coalesced():
+                return _orig(*args, **kwargs)
+
+        p.everywhere(orig, functools.update_wrapper(coalesced_funcol, orig))
 
 
 # ---- FSDP2 attribution ---------------------------------------------------------------------

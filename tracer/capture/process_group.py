@@ -19,6 +19,7 @@ vote (capture/object_collectives.py) the tensors really travel between the rank 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
@@ -44,6 +45,23 @@ def reduce_name(op) -> str:
             return str(inner).lower()
     name = getattr(inner, "name", None) or str(inner).rsplit(".", 1)[-1]
     return name.lower()
+
+
+@contextlib.contextmanager
+def coalesced():
+    """Backend calls inside come from a coalesced op (the coalescing manager's exit, the
+    functional *_coalesced collectives): torch dispatched c10d's *_coalesced op, one tensor or
+    many. Outside, a single tensor reaching the coalesced entry points came from a plain
+    functional collective (torch's C++ implements it with the coalesced backend call)."""
+    _state.coalesced = getattr(_state, "coalesced", 0) + 1
+    try:
+        yield
+    finally:
+        _state.coalesced -= 1
+
+
+def coalescing() -> bool:
+    return getattr(_state, "coalesced", 0) > 0
 
 
 class RecordingWork(dist.Work):
@@ -209,8 +227,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self.all_gather_single(output, input, opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts):
-        # functional collectives send a single all_gather_into_tensor through here
-        op = "all_gather_into_tensor" if len(inputs) == 1 else "all_gather_into_tensor_coalesced"
+        # c10d.allgather_into_tensor_coalesced_, but torch's functional all_gather_into_tensor
+        # (one tensor) reaches the backend here too: that one is the plain op (see coalescing)
+        op = "all_gather_into_tensor_coalesced" if len(inputs) != 1 or coalescing() else "all_gather_into_tensor"
         return self._go(Call(op, self, list(inputs), list(outputs), async_op=opts.asyncOp))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
@@ -237,7 +256,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self.reduce_scatter_single(output, input, opts)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
-        op = "reduce_scatter_tensor" if len(inputs) == 1 else "reduce_scatter_tensor_coalesced"
+        op = "reduce_scatter_tensor_coalesced" if len(inputs) != 1 or coalescing() else "reduce_scatter_tensor"
         return self._go(Call(op, self, list(inputs), list(outputs), reduce_name(opts.reduceOp), async_op=opts.asyncOp))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from traceformat import format as fmt
-from traceformat.ops import COLLECTIVE_OPS, P2P_OPS
+from traceformat.ops import COLLECTIVE_OPS, OPS, P2P_OPS
 from traceformat.parts import part_path
 from tracer.capture.attribution import Attribution
 
@@ -248,7 +248,7 @@ class Recorder:
                     values["peer"] = g.ranks[call.root] if 0 <= call.root < len(g.ranks) else -1
                 if call.peer is not None:
                     values["peer"] = g.ranks[call.peer] if 0 <= call.peer < len(g.ranks) else -1
-                if call.op == "all_to_all_single":
+                if OPS[call.op].splits:
                     values["splits"] = _a2a_splits(
                         call.splits, ins[0], outs[0], len(g.ranks), lambda x, r=r: self.view(x, r)
                     )

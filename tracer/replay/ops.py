@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from traceformat.format import Mode
-from traceformat.ops import GROUP_OPS, P2P_OPS, ROOTED_OPS
+from traceformat.ops import COLLECTIVE, GROUP_OPS, OPS, P2P, P2P_OPS, ROOTED_OPS
 from tracer.capture.recorder import Call, GroupRef, Recorder
 
 # gloo has no AVG; PREMUL_SUM is NCCL-only. The wait pattern is what replay reproduces, not values.
@@ -171,54 +171,57 @@ class RankReplay:
 
 
 def _run(call: Call, ev: dict, pg):
-    """Issue `call` through the c10d API (the path a program takes); returns its Work or None."""
+    """Issue `call` through the c10d API (the path a program takes); returns its Work or None.
+    Which API is read off the op table; a coalesced op goes through the coalescing manager, which
+    dispatches c10d's *_coalesced op as the program did, one tensor or many."""
     op, ins, outs, a = call.op, call.inputs, call.outputs, call.async_op
+    kind = OPS.get(op)
+    if kind is None or kind.kind not in (COLLECTIVE, P2P) or kind.uneven:
+        raise RuntimeError(f"replay does not know op {op!r}")
     red = getattr(dist.ReduceOp, _REDUCE.get(call.reduce_op or "sum", "SUM"))
     root = ev["peer"]
-    if op in ("all_reduce", "all_reduce_coalesced"):
-        if op == "all_reduce" or len(ins) == 1:
+    if kind.kind == P2P:  # a send passes its tensor, a recv receives one
+        if ins:
+            return (dist.isend if a else dist.send)(ins[0], root, group=pg, tag=call.tag)
+        return (dist.irecv if a else dist.recv)(outs[0], None if root < 0 else root, group=pg, tag=call.tag)
+    if kind.rooted:
+        if kind.in_place:
+            if kind.reduces:
+                return dist.reduce(ins[0], root, red, group=pg, async_op=a)
+            return dist.broadcast(ins[0], root, group=pg, async_op=a)
+        if kind.each_output == "input":
+            return dist.gather(ins[0], outs or None, root, group=pg, async_op=a)
+        return dist.scatter(outs[0], ins or None, root, group=pg, async_op=a)
+    if kind.size_factor < 0:
+        # gloo has no reduce_scatter: an all_reduce of the input enters and leaves the group at
+        # the same points (every member, one instance), which is what a replay must reproduce
+        flat = torch.cat([t.reshape(-1) for t in ins]) if ins else torch.zeros(1)
+        return dist.all_reduce(flat, red, group=pg, async_op=a)
+    if kind.in_place:  # all-reduces
+        if not kind.coalesced:
             return dist.all_reduce(ins[0], red, group=pg, async_op=a)
         return _coalesced([lambda t=t: dist.all_reduce(t, red, group=pg) for t in ins], pg, a)
-    if op == "all_gather":
-        return dist.all_gather(outs, ins[0], group=pg, async_op=a)
-    if op == "all_gather_into_tensor":
-        return dist.all_gather_into_tensor(outs[0], ins[0], group=pg, async_op=a)
-    if op in ("all_gather_into_tensor_coalesced", "all_gather_coalesced"):
-        if op == "all_gather_coalesced":  # outputs come as one list per input: gather them flat
+    if kind.size_factor > 0:
+        if not kind.flat and not kind.coalesced:
+            return dist.all_gather(outs, ins[0], group=pg, async_op=a)
+        if not kind.coalesced:
+            return dist.all_gather_into_tensor(outs[0], ins[0], group=pg, async_op=a)
+        if not kind.flat:  # all_gather_coalesced: one output list per input, gathered flat
             n = len(outs) // max(len(ins), 1)
             outs = [torch.cat([o.reshape(-1) for o in outs[k * n : (k + 1) * n]]) for k in range(len(ins))]
         return _coalesced(
             [lambda o=o, i=i: dist.all_gather_into_tensor(o, i, group=pg) for o, i in zip(outs, ins)], pg, a
         )
-    if op in ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"):
-        # gloo has no reduce_scatter: an all_reduce of the input enters and leaves the group at
-        # the same points (every member, one instance), which is what a replay must reproduce
-        flat = torch.cat([t.reshape(-1) for t in ins]) if ins else torch.zeros(1)
-        return dist.all_reduce(flat, red, group=pg, async_op=a)
-    if op == "broadcast":
-        return dist.broadcast(ins[0], root, group=pg, async_op=a)
-    if op == "reduce":
-        return dist.reduce(ins[0], root, red, group=pg, async_op=a)
-    if op == "gather":
-        return dist.gather(ins[0], outs or None, root, group=pg, async_op=a)
-    if op == "scatter":
-        return dist.scatter(outs[0], ins or None, root, group=pg, async_op=a)
-    if op == "all_to_all":
+    if kind.each_output == "chunk":
         # gloo has only the single-tensor all_to_all: flatten the lists and pass their sizes
         ins_f, outs_f = torch.cat([t.reshape(-1) for t in ins]), torch.cat([t.reshape(-1) for t in outs])
         return dist.all_to_all_single(
             outs_f, ins_f, [t.numel() for t in outs], [t.numel() for t in ins], group=pg, async_op=a
         )
-    if op == "all_to_all_single":
+    if kind.splits:
         in_s, out_s = (list(s) for s in ev["splits"]) if ev["splits"] else (None, None)
         return dist.all_to_all_single(outs[0], ins[0], out_s, in_s, group=pg, async_op=a)
-    if op == "barrier":
-        return dist.barrier(group=pg, async_op=a)
-    if op == "send":
-        return (dist.isend if a else dist.send)(ins[0], root, group=pg, tag=call.tag)
-    if op == "recv":
-        return (dist.irecv if a else dist.recv)(outs[0], None if root < 0 else root, group=pg, tag=call.tag)
-    raise RuntimeError(f"replay does not know op {op!r}")
+    return dist.barrier(group=pg, async_op=a)  # the one collective of no tensors
 
 
 def _coalesced(issues: list, pg, async_op: bool):
