@@ -12,10 +12,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed._local_tensor import LocalTensor, LocalTensorMode, _map_to_rank_local_val
+from torch.distributed._local_tensor import LocalTensor, LocalTensorMode, _check_for_subclass, _map_to_rank_local_val
 from torch.distributed._local_tensor import _c10d as local_c10d
+from torch.utils import _pytree as pytree
 
 from traceformat.ops import OPS
+from tracer.capture import arg_checks
 from tracer.capture.patches import Patcher
 from tracer.capture.process_group import RecordingWork, reduce_name
 from tracer.capture.recorder import Call, GroupRef, Recorder, RecordError
@@ -52,6 +54,7 @@ _FUNCTIONAL = {
     "_c10d_functional::reduce_scatter_tensor": "reduce_scatter_tensor",
     "_c10d_functional::reduce_scatter_tensor_out": "reduce_scatter_tensor",
     "_c10d_functional::reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "_c10d_functional::reduce_scatter_tensor_out": "reduce_scatter_tensor",
     "_c10d_functional::all_to_all_single": "all_to_all_single",
     "_c10d_functional::broadcast": "broadcast",
     "_c10d_functional::broadcast_": "broadcast",
@@ -148,6 +151,12 @@ def install(p: Patcher, rec: Recorder) -> None:
                 "p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
                 "in lockstep); record this program with --mode fake"
             )
+        if _check_for_subclass(pytree.tree_leaves((args, kwargs))):
+            # a tensor subclass LocalTensorMode does not know (an un-waited AsyncCollectiveTensor
+            # fed to the next functional collective): the mode answers NotImplemented, so torch
+            # asks the subclass, which waits and dispatches the op again on plain LocalTensors.
+            # That dispatch is the op; this one is neither run nor recorded
+            return orig(self, func, types, args, kwargs)
         if name == "_c10d_functional::wait_tensor":
             indices = waits.pop(_storage_key(args[0]), None)
             if indices:
@@ -156,13 +165,11 @@ def install(p: Patcher, rec: Recorder) -> None:
         if name not in _C10D and name not in _FUNCTIONAL:
             return orig(self, func, types, args, kwargs)
         a = _arguments(func, args, kwargs)
+        _check(name, a)  # what NCCL / Gloo would reject raises here, before anything runs
         rec.busy = True
         try:
             if name in _MISSING:  # collectives LocalTensorMode (torch 2.13) does not implement
                 result = _MISSING[name](a)
-            elif name == "c10d::scatter_" and not any(a["input_tensors"]):
-                # rank 0's Python passed no scatter list (it is not the root): nothing to compute
-                result = a["output_tensors"], dist.Work.boxed(local_c10d.FakeWork())
             else:
                 result = orig(self, func, types, args, kwargs)
         finally:
@@ -189,6 +196,83 @@ def install(p: Patcher, rec: Recorder) -> None:
 def _local_groups(pg) -> list[list[int]]:
     ranks, offsets, _ = local_c10d._prepare_collective_groups(pg)
     return [[o + r for r in ranks] for o in offsets]
+
+
+def _one(x) -> list:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _backend_args(name: str, a: dict) -> tuple[str, list, list, dict]:
+    """(op, inputs, outputs, keywords) of an op as a ProcessGroup method receives them, for
+    arg_checks."""
+    if name in _C10D:
+        op = _C10D[name]
+        ins = next((a[k] for k in ("input_tensors", "input_tensor", "inputs", "input_list", "input") if k in a), None)
+        outs = next(
+            (a[k] for k in ("output_tensors", "output_tensor", "outputs", "output_lists", "output") if k in a), None
+        )
+        if ins is None:  # in place: the tensors are both
+            ins = outs = a.get("tensors", [])
+        kw: dict = {"root": int(a["root_rank"])} if "root_rank" in a else {}
+        if op == "all_to_all_single":
+            kw["splits"] = (list(a["input_split_sizes"]), list(a["output_split_sizes"]))
+        return op, _one(ins), _one(outs), kw
+    op = _FUNCTIONAL[name]
+    ins = _one(a.get("input", a.get("inputs", [])))
+    kw = {"root": int(a["src"])} if "src" in a else {}
+    if "input_split_sizes" in a and name != "_dtensor::shard_dim_alltoall":
+        kw["splits"] = (list(a["input_split_sizes"] or []), list(a["output_split_sizes"] or []))
+    if "out" in a:
+        return op, ins, _one(a["out"]), kw
+    # the op makes its output to fit: only an all_to_all_single's input side can be wrong
+    return op, ins if op == "all_to_all_single" else [], [], kw
+
+
+def _check(name: str, a: dict) -> None:
+    """arg_checks on every simulated rank, each with its own tensors and group rank, before the
+    op runs; raises the first rank's error (torch's exception type), naming the ranks it failed
+    on in `failed_ranks` (run.py closes those with the error, the others as stopped)."""
+    if name == "c10d::barrier" or (name not in _C10D and name not in _FUNCTIONAL):
+        return
+    op, ins, outs, kw = _backend_args(name, a)
+    if op in ("gather", "scatter") and not any(outs if op == "gather" else ins):
+        lst = "gather list" if op == "gather" else "scatter list"
+        raise RecordError(
+            f"local mode cannot record this {op}: its root ({'dst' if op == 'gather' else 'src'} "
+            f"{kw.get('root')} of its group) holds the {lst}, and local mode runs rank 0's Python (a "
+            f"non-root here) for every rank; root it at rank 0, or record this program with --mode fake"
+        )
+    pg = _pg(a.get("process_group", a.get("group_name", a.get("group"))))
+    first: Exception | None = None
+    failed = []
+    for group in _local_groups(pg):
+        for i, r in enumerate(group):
+            mine = dict(kw, splits=arg_checks.local_view(kw["splits"], r, _view)) if "splits" in kw else kw
+            try:
+                ins_r, outs_r = arg_checks.local_view(ins, r, _view), arg_checks.local_view(outs, r, _view)
+                arg_checks.check(op, len(group), i, ins_r, outs_r, **mine)
+            except (RuntimeError, ValueError, TypeError) as e:
+                first = first or e
+                failed.append(r)
+    if first is not None:
+        first.failed_ranks = sorted(failed)  # type: ignore[attr-defined]
+        raise first
+
+
+@torch.no_grad()
+def _all_gather_coalesced(a: dict):
+    """c10d.allgather_coalesced_: output list k of every member holds member k's inputs."""
+    outs, ins = a["output_lists"], a["input_list"]
+    for group in _local_groups(_pg(a["process_group"])):
+        for k, m in enumerate(group):
+            for i, t in enumerate(ins):
+                for r in group:
+                    _shard(outs[k][i], r).copy_(_shard(t, m))
+    return dist.Work.boxed(local_c10d.FakeWork())
+
+
+def _shard(t, rank: int):
+    return t._local_tensors[rank] if isinstance(t, LocalTensor) else t
 
 
 @torch.no_grad()
@@ -227,7 +311,12 @@ def _gather(a: dict):
     return dist.Work.boxed(local_c10d.FakeWork())
 
 
-_MISSING = {"c10d::reduce_scatter_": _reduce_scatter_list, "c10d::reduce_": _reduce, "c10d::gather_": _gather}
+_MISSING = {
+    "c10d::allgather_coalesced_": _all_gather_coalesced,
+    "c10d::reduce_scatter_": _reduce_scatter_list,
+    "c10d::reduce_": _reduce,
+    "c10d::gather_": _gather,
+}
 
 
 def _storage_key(t) -> int:

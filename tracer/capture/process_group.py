@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from traceformat.ops import OPS
-from tracer.capture import channel, exchange
+from tracer.capture import arg_checks, channel, exchange
 from tracer.capture.recorder import Call, Recorder
 
 BACKEND = "commtrace"
@@ -189,6 +189,10 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND
 
+    def _check(self, op: str, ins=(), outs=(), **kw) -> None:
+        """Raise what NCCL / Gloo raise for these arguments, before anything is recorded."""
+        arg_checks.check(op, self.size(), self.rank(), ins, outs, **kw)
+
     def _go(self, call: Call) -> RecordingWork:
         rec = RecordingProcessGroup.recorder
         indices = rec.record(call) if rec is not None else {}
@@ -208,19 +212,23 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self._go(Call("all_reduce", self, tensors, tensors, reduce_name(opts.reduceOp), async_op=opts.asyncOp))
 
     def allreduce_coalesced(self, tensors, opts):
+        self._check("all_reduce_coalesced", tensors)
         return self._go(
             Call("all_reduce_coalesced", self, tensors, tensors, reduce_name(opts.reduceOp), async_op=opts.asyncOp)
         )
 
     def allgather(self, output_lists, inputs, opts):
+        self._check("all_gather", inputs, output_lists)
         return self._go(Call("all_gather", self, inputs, [t for ts in output_lists for t in ts], async_op=opts.asyncOp))
 
     def allgather_coalesced(self, output_lists, inputs, opts):
+        self._check("all_gather_coalesced", inputs, output_lists)
         return self._go(
             Call("all_gather_coalesced", self, inputs, [t for ts in output_lists for t in ts], async_op=opts.asyncOp)
         )
 
     def all_gather_single(self, output, input, opts):
+        self._check("all_gather_into_tensor", [input], [output])
         return self._go(Call("all_gather_into_tensor", self, [input], [output], async_op=opts.asyncOp))
 
     def _allgather_base(self, output, input, opts):
@@ -230,12 +238,14 @@ class RecordingProcessGroup(dist.ProcessGroup):
         # c10d.allgather_into_tensor_coalesced_, but torch's functional all_gather_into_tensor
         # (one tensor) reaches the backend here too: that one is the plain op (see coalescing)
         op = "all_gather_into_tensor_coalesced" if len(inputs) != 1 or coalescing() else "all_gather_into_tensor"
+        self._check(op, inputs, outputs)
         return self._go(Call(op, self, list(inputs), list(outputs), async_op=opts.asyncOp))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
         return self.all_gather_single_coalesced(outputs, inputs, opts)
 
     def reduce_scatter(self, outputs, input_lists, opts):
+        self._check("reduce_scatter", input_lists, outputs)
         return self._go(
             Call(
                 "reduce_scatter",
@@ -248,6 +258,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         )
 
     def reduce_scatter_single(self, output, input, opts):
+        self._check("reduce_scatter_tensor", [input], [output])
         return self._go(
             Call("reduce_scatter_tensor", self, [input], [output], reduce_name(opts.reduceOp), async_op=opts.asyncOp)
         )
@@ -257,15 +268,18 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         op = "reduce_scatter_tensor_coalesced" if len(inputs) != 1 or coalescing() else "reduce_scatter_tensor"
+        self._check(op, inputs, outputs)
         return self._go(Call(op, self, list(inputs), list(outputs), reduce_name(opts.reduceOp), async_op=opts.asyncOp))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
         return self.reduce_scatter_single_coalesced(outputs, inputs, opts)
 
     def broadcast(self, tensors, opts):
+        self._check("broadcast", tensors, tensors, root=opts.rootRank)
         return self._go(Call("broadcast", self, tensors, tensors, root=opts.rootRank, async_op=opts.asyncOp))
 
     def reduce(self, tensors, opts):
+        self._check("reduce", tensors, tensors, root=opts.rootRank)
         return self._go(
             Call(
                 "reduce", self, tensors, tensors, reduce_name(opts.reduceOp), root=opts.rootRank, async_op=opts.asyncOp
@@ -273,6 +287,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         )
 
     def gather(self, output_lists, inputs, opts):
+        self._check("gather", inputs, output_lists, root=opts.rootRank)
         return self._go(
             Call(
                 "gather",
@@ -285,6 +300,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         )
 
     def scatter(self, outputs, input_lists, opts):
+        self._check("scatter", input_lists, outputs, root=opts.rootRank)
         return self._go(
             Call(
                 "scatter",
@@ -297,9 +313,11 @@ class RecordingProcessGroup(dist.ProcessGroup):
         )
 
     def alltoall(self, outputs, inputs, opts):
+        self._check("all_to_all", inputs, outputs)
         return self._go(Call("all_to_all", self, inputs, outputs, async_op=opts.asyncOp))
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts):
+        self._check("all_to_all_single", [input], [output], splits=(input_splits, output_splits))
         return self._go(
             Call(
                 "all_to_all_single",
@@ -320,10 +338,12 @@ class RecordingProcessGroup(dist.ProcessGroup):
     # --- p2p: blocking unless issued by isend / irecv / batch_isend_irecv ---
     def send(self, tensors, dst, tag):
         blocking = getattr(_state, "blocking", False)
+        self._check("send", peer=dst)
         return self._go(Call("send", self, tensors, [], peer=dst, tag=tag, async_op=not blocking))
 
     def recv(self, tensors, src, tag):
         blocking = getattr(_state, "blocking", False)
+        self._check("recv", peer=src)
         return self._go(Call("recv", self, [], tensors, peer=src, tag=tag, async_op=not blocking))
 
     def recv_anysource(self, tensors, tag):

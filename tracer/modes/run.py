@@ -14,6 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from tracer.record.program import Program
+from tracer.record.result import STOPPED_WITH
 
 
 @dataclass(kw_only=True, slots=True)
@@ -91,6 +92,7 @@ def run_job(job: Job) -> int:
     )
     p = patches.Patcher()
     status, error, code = "ok", None, 3
+    failed: list[int] = []  # local mode: the simulated ranks an error is theirs alone (arg_checks)
     ch = None
     said = sys.stderr = LastLine(sys.stderr)  # what an argparse error said before its SystemExit
     try:
@@ -130,6 +132,7 @@ def run_job(job: Job) -> int:
         from tracer.capture.channel import PeerRecordedAgain
 
         status, error = "error", one_line_error(e, rec)  # its traceback in the rank's log
+        failed = list(getattr(e, "failed_ranks", None) or [])
         traceback.print_exc()
         if isinstance(e, PeerRecordedAgain):  # its sender is recorded again: so is this rank
             status, error = "error", f"needs real compute: {e}"
@@ -151,7 +154,7 @@ def run_job(job: Job) -> int:
             rec.attribution.uninstall()
         except Exception:
             pass
-        rec.close(status, error)
+        _close(rec, status, error, failed)
         from tracer.capture import process_group
 
         process_group.RecordingProcessGroup.recorder = None  # closed: nothing may write to it
@@ -162,6 +165,20 @@ def run_job(job: Job) -> int:
                 pass
         p.undo()
     return 0 if status == "ok" else code
+
+
+def _close(rec, status: str, error: str | None, failed: list[int]) -> None:
+    """Close every stream with how the run ended. In local mode arguments that only some
+    simulated ranks got wrong (arg_checks: their own splits, shards) are those ranks' error;
+    the others stopped with them, one process running them all."""
+    mine = [r for r in rec.ranks if r in failed]
+    others = [r for r in rec.ranks if r not in failed]
+    if not mine or not others:
+        rec.close(status, error)
+        return
+    who = f"{STOPPED_WITH} {mine[0]}" if len(mine) == 1 else f"{STOPPED_WITH}s {', '.join(map(str, mine))}"
+    rec.close(status, error, ranks=mine)
+    rec.close(status, f"{who}, whose arguments were rejected (local mode runs every rank in one process)", ranks=others)
 
 
 def exit_line(code: object, last: str) -> str:

@@ -47,8 +47,14 @@ class RankFailure:
     @property
     def caused_by_peer(self) -> bool:
         """It failed waiting for a message from a rank that had failed or finished (a
-        consequence, not the cause: tracer/capture/channel.py's ChannelError)."""
-        return self.why.startswith("ChannelError:")
+        consequence, not the cause: tracer/capture/channel.py's ChannelError), or, in local
+        mode, stopped with the simulated ranks whose arguments were rejected (STOPPED_WITH)."""
+        return self.why.startswith(("ChannelError:", STOPPED_WITH))
+
+
+STOPPED_WITH = "stopped with rank"
+"""How a local-mode rank that stopped because other simulated ranks raised says so (one process
+runs them all): tracer/modes/run.py writes it, failure_lines shows it as a consequence."""
 
 
 def failure_lines(failures: dict[int, RankFailure]) -> list[str]:
@@ -66,7 +72,9 @@ def failure_lines(failures: dict[int, RankFailure]) -> list[str]:
     rest = sorted(set(failures) - set(same))
     if rest:
         why = (
-            "waiting for a rank that stopped"
+            "stopped with it: local mode runs every rank in one process"
+            if all(failures[r].why.startswith(STOPPED_WITH) for r in rest)
+            else "waiting for a rank that stopped"
             if all(failures[r].caused_by_peer for r in rest)
             else "other reasons: see their logs"
         )
