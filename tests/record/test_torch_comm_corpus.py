@@ -30,6 +30,7 @@ MODES = ["fake", "local"]
 SCRIPTS = {  # corpus script -> world size (the peer test's, or 4)
     "redistribute": 4,
     "comm_mode": 2,
+    "comm_mode_rooted": 2,
     "comm_mode_features": 4,
     "tp_style": 4,
     "tp_examples": 4,
@@ -39,6 +40,7 @@ SCRIPTS = {  # corpus script -> world size (the peer test's, or 4)
 TESTS = {  # corpus script -> the peer test file @ the commit read
     "redistribute": "test/distributed/tensor/test_redistribute.py @0133e92",
     "comm_mode": "test/distributed/tensor/debug/test_comm_mode.py @02dd4ff",
+    "comm_mode_rooted": "test/distributed/tensor/debug/test_comm_mode.py @02dd4ff",
     "comm_mode_features": "test/distributed/tensor/debug/test_comm_mode_features.py @01f9ef3",
     "tp_style": "test/distributed/tensor/parallel/test_tp_style.py @02dd4ff",
     "tp_examples": "test/distributed/tensor/parallel/test_tp_examples.py @02dd4ff",
@@ -49,6 +51,9 @@ TESTS = {  # corpus script -> the peer test file @ the commit read
 # gathers and chunks on a CPU mesh (the peer test's CPU branch, and torch's fake process group),
 # but runs its all-to-all under LocalTensorMode (the peer's accelerator branch)
 LOCAL_PATH = {("redistribute", 11), ("redistribute", 13), ("redistribute", 15), ("redistribute", 17)}
+# Programs that branch on their rank (torch wants gather's / scatter's list on the root only):
+# local mode runs rank 0's Python for every rank and refuses them in one line (test_local_refuses)
+FAKE_ONLY = {"comm_mode_rooted"}
 # FSDP: commtrace files an FSDP collective under its FSDP unit (the param group it moves);
 # CommDebugMode under whichever module ran last (in backward, a leaf inside the unit): modules
 # are compared with the ground truth everywhere else
@@ -149,9 +154,7 @@ WINDOWS = [
                 ("_allgather_base_", AG),
                 ("_reduce_scatter_base_", RS),
                 ("broadcast_", "broadcast"),
-                ("gather_", "gather"),
                 ("reduce_", "reduce"),
-                ("scatter_", "scatter"),
                 ("allgather_", "all_gather"),
                 ("allgather_coalesced_", "all_gather_coalesced"),
                 ("allgather_into_tensor_coalesced_", "all_gather_into_tensor_coalesced"),
@@ -164,6 +167,8 @@ WINDOWS = [
             start=6,
         )
     ],
+    W("comm_mode_rooted", 0, "test_comm_mode_with_c10d: gather_ 1, total 1", {F: {"gather": 1}}),
+    W("comm_mode_rooted", 1, "test_comm_mode_with_c10d: scatter_ 1, total 1", {F: {"scatter": 1}}),
     # test_comm_mode_features.py
     W(
         "comm_mode_features",
@@ -386,8 +391,13 @@ def truth(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("w", WINDOWS, ids=lambda w: f"{w.script}-{w.step}")
+def modes_of(script: str) -> list[str]:
+    return ["fake"] if script in FAKE_ONLY else MODES
+
+
+@pytest.mark.parametrize(
+    "w,mode", [pytest.param(w, m, id=f"{w.script}-{w.step}-{m}") for w in WINDOWS for m in modes_of(w.script)]
+)
 def test_peer_counts(corpus, w: Window, mode):
     # every rank of the window holds exactly the peer test's collectives per op and direction
     _, t, res = corpus(w.script, mode)
@@ -408,8 +418,7 @@ def test_peer_counts(corpus, w: Window, mode):
             assert {d: dict(c) for d, c in units.get(unit, {}).items()} == ways, (rank, unit, w.peer)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("script", list(SCRIPTS))
+@pytest.mark.parametrize("script,mode", [(s, m) for s in SCRIPTS for m in modes_of(s)])
 def test_matches_comm_debug_mode(corpus, truth, script, mode):
     # every collective CommDebugMode counts, in program order: step, direction, module, op
     _, t, res = corpus(script, mode)
@@ -429,10 +438,17 @@ def test_matches_comm_debug_mode(corpus, truth, script, mode):
         assert [key(e) for e in got] == [key(e) for e in want], (script, rank)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("script", list(SCRIPTS))
+@pytest.mark.parametrize("script,mode", [(s, m) for s in SCRIPTS for m in modes_of(s)])
 def test_check_is_clean(corpus, script, mode):
     path, _, res = corpus(script, mode)
     assert res.errors == {}, res.errors
     p = run_tracer("analyzer", "check", path)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("script", sorted(FAKE_ONLY))
+def test_local_refuses(corpus, script):
+    # a fake-only program: local mode says why in one line on every rank, and records no collective
+    _, _, res = corpus(script, "local")
+    assert res.errors.keys() == set(range(SCRIPTS[script]))
+    assert all("RankDependent: the program's behaviour depends on its rank" in e for e in res.errors.values())

@@ -1,7 +1,8 @@
 """PyTorch's test/distributed/tensor/debug/test_comm_mode.py (world 2, as the test), one window
 per case. `window()` steps an empty optimizer (commtrace's `step` column, the ground truth's
 window in bench/torch_comm_truth.py). Steps 1, 3, 5: the functional / DTensor cases (set-up in
-the even steps before them); steps 6 to 20: one c10d op each (test_comm_mode_with_c10d).
+the even steps before them); steps 6 to 18: one c10d op each (test_comm_mode_with_c10d; its
+gather and scatter, whose arguments differ on the root, are comm_mode_rooted.py).
 """
 import torch
 import torch.distributed as dist
@@ -20,7 +21,6 @@ def window():
 
 dist.init_process_group("gloo")
 world = dist.get_world_size()
-rank = dist.get_rank()
 world_pg = dist.distributed_c10d._get_default_group()
 
 
@@ -65,8 +65,8 @@ with use_min_cost_redistribution_plan():
     torch.mm(x_dtensor, y_dtensor)
 window()
 
-# cases 3 to 17 (test_comm_mode_with_c10d): one c10d op per window, each counted once by its c10d
-# name; arguments as a cluster takes them (lists of world tensors, a root's list on the root)
+# cases 3 to 15 (test_comm_mode_with_c10d): one c10d op per window, each counted once by its c10d
+# name; arguments as a cluster takes them (lists of world tensors)
 inp = torch.rand(world, 8, 16)
 all_gather_out = inp.new_empty(world * world, 8, 16)
 dist.all_reduce(inp)
@@ -77,11 +77,7 @@ dist.reduce_scatter_tensor(inp, all_gather_out)
 window()
 dist.broadcast(inp, 0)
 window()
-dist.gather(inp, [torch.empty_like(inp) for _ in range(world)] if rank == 0 else None, 0)
-window()
 dist.reduce(inp, 0)
-window()
-dist.scatter(inp, [inp.clone() for _ in range(world)] if rank == 0 else None, 0)
 window()
 dist.all_gather([torch.empty_like(inp) for _ in range(world)], inp)
 window()
