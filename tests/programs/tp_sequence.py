@@ -60,7 +60,8 @@ model = parallelize_module(model, mesh, {
     "block.net2": RowwiseParallel(output_layouts=Shard(1)),
     "head": ColwiseParallel(input_layouts=Shard(1)),
 })
-model = parallelize_module(model, mesh, PrepareModuleOutput(output_layouts=Shard(-1), desired_output_layouts=Replicate()))
+prepare_output = PrepareModuleOutput(output_layouts=Shard(-1), desired_output_layouts=Replicate())
+model = parallelize_module(model, mesh, prepare_output)
 model.block.net1.register_forward_hook(log_activation)
 x = torch.randn(2, 2, 8)  # the rank's sequence shard of (2, 8, 8)
 model(x).sum().backward()

@@ -16,7 +16,7 @@ from torch.distributed._local_tensor import LocalTensor, LocalTensorMode, _check
 from torch.distributed._local_tensor import _c10d as local_c10d
 from torch.utils import _pytree as pytree
 
-from traceformat.ops import OPS
+from traceformat.ops import COLLECTIVE_OPS, DISPATCHED, OPS, P2P_OPS
 from tracer.capture import arg_checks
 from tracer.capture.patches import Patcher
 from tracer.capture.process_group import RecordingWork, reduce_name
@@ -24,43 +24,11 @@ from tracer.capture.recorder import Call, GroupRef, Recorder, RecordError
 
 _NAMESPACES = frozenset({"c10d", "_c10d_functional", "_dtensor"})
 
-# op schema name -> (recorded op, how to read the arguments)
-_C10D = {
-    "c10d::allreduce_": "all_reduce",
-    "c10d::allreduce_coalesced_": "all_reduce_coalesced",
-    "c10d::allgather_": "all_gather",
-    "c10d::allgather_coalesced_": "all_gather_coalesced",
-    "c10d::_allgather_base_": "all_gather_into_tensor",
-    "c10d::allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
-    "c10d::reduce_scatter_": "reduce_scatter",
-    "c10d::_reduce_scatter_base_": "reduce_scatter_tensor",
-    "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
-    "c10d::broadcast_": "broadcast",
-    "c10d::reduce_": "reduce",
-    "c10d::gather_": "gather",
-    "c10d::scatter_": "scatter",
-    "c10d::alltoall_": "all_to_all",
-    "c10d::alltoall_base_": "all_to_all_single",
-    "c10d::barrier": "barrier",
-}
-_FUNCTIONAL = {
-    "_c10d_functional::all_reduce": "all_reduce",
-    "_c10d_functional::all_reduce_": "all_reduce",
-    "_c10d_functional::all_reduce_coalesced": "all_reduce_coalesced",
-    "_c10d_functional::all_reduce_coalesced_": "all_reduce_coalesced",
-    "_c10d_functional::all_gather_into_tensor": "all_gather_into_tensor",
-    "_c10d_functional::all_gather_into_tensor_out": "all_gather_into_tensor",
-    "_c10d_functional::all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
-    "_c10d_functional::reduce_scatter_tensor": "reduce_scatter_tensor",
-    "_c10d_functional::reduce_scatter_tensor_out": "reduce_scatter_tensor",
-    "_c10d_functional::reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
-    "_c10d_functional::reduce_scatter_tensor_out": "reduce_scatter_tensor",
-    "_c10d_functional::all_to_all_single": "all_to_all_single",
-    "_c10d_functional::broadcast": "broadcast",
-    "_c10d_functional::broadcast_": "broadcast",
-    "_dtensor::shard_dim_alltoall": "all_to_all_single",
-}
-_P2P = frozenset({"c10d::send", "c10d::recv_", "c10d::recv_any_source_"})
+# dispatcher op -> the op recorded for it, from the op table: c10d's ops (the arguments read
+# before it runs) and the functional ones (read after, from the result)
+_C10D = {name: op for name, op in DISPATCHED.items() if name.startswith("c10d::") and op in COLLECTIVE_OPS}
+_FUNCTIONAL = {name: op for name, op in DISPATCHED.items() if not name.startswith("c10d::") and op in COLLECTIVE_OPS}
+_P2P = frozenset(name for name, op in DISPATCHED.items() if op in P2P_OPS)
 
 
 def _flat(x) -> list:
