@@ -122,6 +122,7 @@ GOOD = [
     ("all_to_all_single", 4, 0, [_t(8, 2)], [_t(12, 2)], {"splits": ([2] * 4, [3] * 4)}),
     ("all_to_all_single", 4, 0, [_t(8)], [_t(4)], {}),  # equal splits: each side divides
     ("all_to_all_single", 4, 0, [_t(9)], [], {"splits": ([3, 2, 2, 2], [1] * 4)}),  # functional: no output yet
+    ("all_to_all_single", 4, 0, [], [], {}),  # DTensor's shard_dim_alltoall: cut along its shard dim, not dim 0
     ("all_gather", 3, 1, [_t(2)], [[_t(4), _t(2), _t(1)]], {}),  # all_gather_v: sizes of their own
     ("reduce_scatter", 2, 0, [[_t(2), _t(5)]], [_t(2)], {}),  # reduce_scatter_v
     ("all_gather_into_tensor", 4, 0, [_t(2, 3)], [_t(8, 3)], {}),

@@ -60,6 +60,16 @@ def _async_chain(rank: int) -> list[tuple]:
         WAIT,
         ("broadcast", "tp", 7, 1, F32, [[2]], [[2]], None, 1),
         WAIT,
+        ("all_gather_into_tensor", "tp", 8, -1, F32, [[2]], [[8]], None, 1),
+        WAIT,
+        ("all_reduce_coalesced", "tp", 9, -1, F32, [[8], [2]], [[8], [2]], "sum", 1),
+        WAIT,  # once for both outputs
+        ("all_reduce", "tp", 10, -1, F32, [[2]], [[2]], "sum", 1),
+        WAIT,
+        ("all_gather_into_tensor_coalesced", "tp", 11, -1, F32, [[2], [2]], [[8], [8]], None, 1),
+        WAIT,
+        ("reduce_scatter_tensor_coalesced", "tp", 12, -1, F32, [[4], [8]], [[1], [2]], "sum", 1),
+        WAIT,
     ]
 
 

@@ -246,6 +246,8 @@ def _split_sizes(op: str, splits: Sequence, dim0: int, size: int, side: str) -> 
 
 def _all_to_all_single(op, size, rank, ins, outs, root, splits) -> None:
     in_splits, out_splits = splits if splits is not None else ((), ())
+    if not ins:  # a functional op's (DTensor's shard_dim_alltoall) that only it can judge
+        return
     _split_sizes(op, in_splits, _dim0(op, ins[0], "input"), size, "input")
     if outs:  # a functional collective allocates its output from the output splits: nothing to check
         _split_sizes(op, out_splits, _dim0(op, outs[0], "output"), size, "output")

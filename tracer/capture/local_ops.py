@@ -105,8 +105,9 @@ def install(p: Patcher, rec: Recorder) -> None:
     rec.siblings = lambda pg, g: _siblings(rec, pg, g)
     orig = LocalTensorMode.__torch_dispatch__
     # Functional collectives are waited on through another LocalTensor over the same storage,
-    # so pending waits are keyed by the storage of the output's first shard.
-    waits: dict[int, dict[int, int]] = {}
+    # so pending waits are keyed by the storage of the output's first shard. A coalesced op's
+    # outputs share one entry: its wait is recorded once, at the first (as a Work's is).
+    waits: dict[int, list[dict[int, int]]] = {}
     live: set = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -126,9 +127,9 @@ def install(p: Patcher, rec: Recorder) -> None:
             # That dispatch is the op; this one is neither run nor recorded
             return orig(self, func, types, args, kwargs)
         if name == "_c10d_functional::wait_tensor":
-            indices = waits.pop(_storage_key(args[0]), None)
-            if indices:
-                rec.waited(indices)
+            pending = waits.pop(_storage_key(args[0]), None)
+            if pending:
+                rec.waited(pending.pop())
             return orig(self, func, types, args, kwargs)
         if name not in _C10D and name not in _FUNCTIONAL:
             return orig(self, func, types, args, kwargs)
@@ -154,8 +155,9 @@ def install(p: Patcher, rec: Recorder) -> None:
                 work = dist.Work.boxed(RecordingWork(rec, indices, True, keep=live, outputs=outs))
                 return (result[0], work) if pair else work
             return result
+        pending = [indices]
         for t in _flat(result):
-            waits[_storage_key(t)] = indices
+            waits[_storage_key(t)] = pending
         return result
 
     p.set(LocalTensorMode, "__torch_dispatch__", __torch_dispatch__)
@@ -192,8 +194,9 @@ def _backend_args(name: str, a: dict) -> tuple[str, list, list, dict]:
         kw["splits"] = (list(a["input_split_sizes"] or []), list(a["output_split_sizes"] or []))
     if "out" in a:
         return op, ins, _one(a["out"]), kw
-    # the op makes its output to fit: only an all_to_all_single's input side can be wrong
-    return op, ins if op == "all_to_all_single" else [], [], kw
+    # the op makes its output to fit: only an all_to_all_single's input side can be wrong (not
+    # DTensor's shard_dim_alltoall: it cuts along its shard dim, dim 0 need not divide)
+    return op, ins if name == "_c10d_functional::all_to_all_single" else [], [], kw
 
 
 def _check(name: str, a: dict) -> None:
