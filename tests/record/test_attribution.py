@@ -132,3 +132,155 @@ def test_every_tp_hook_files_its_collective_under_its_module(tmp_path, mode, com
     for rank in range(4):
         assert _comm(t, rank) == expected
     assert run_checks(t).findings == []
+
+
+# ---- module names by identity; the module of a backward op, as CommDebugMode decides it -----
+class _Probe(torch.nn.Module):
+    """Notes the module Attribution names where its forward runs."""
+
+    def __init__(self, att, seen):
+        super().__init__()
+        self.att, self.seen = att, seen
+
+    def forward(self, x):
+        self.seen.append(self.att.where()[0])
+        return x
+
+
+def test_a_module_born_at_a_dropped_modules_id_gets_its_own_name():
+    # a program builds, uses and drops a model per case (as the torch corpus does): a new module
+    # may get a dropped one's id back (the corpus saw it once in three runs), and must not get
+    # its name with it. Made certain here: bare modules are allocated until one lands on a
+    # dropped module's id, and that one is built and run.
+    import gc
+
+    from tracer.capture.attribution import Attribution
+
+    class MLP(torch.nn.Module):
+        def __init__(self, att, seen):
+            super().__init__()
+            self.att, self.seen = att, seen
+            self.net1 = _Probe(att, seen)
+
+        def forward(self, x):
+            self.seen.append(self.att.where()[0])
+            return self.net1(x)
+
+    class Block(MLP):
+        def __init__(self, att, seen):
+            torch.nn.Module.__init__(self)
+            self.att, self.seen = att, seen
+            self.attention = torch.nn.ModuleDict({"wo": _Probe(att, seen)})
+
+        def forward(self, x):
+            self.seen.append(self.att.where()[0])
+            return self.attention["wo"](x)
+
+    att = Attribution()
+    att.install()
+    try:
+        seen: list[str] = []
+        mlp = MLP(att, seen)
+        mlp(torch.ones(1))
+        assert seen == ["MLP", "net1"]
+        dropped = {id(m) for m in mlp.modules()}
+        del mlp
+        torch.nn.Identity()(torch.ones(1))  # the next forward: nothing of the MLP's is held
+        gc.collect()
+        bare = [Block.__new__(Block) for _ in range(10_000)]
+        block = next(b for b in bare if id(b) in dropped)  # CPython hands a freed id out again
+        del bare
+        Block.__init__(block, att, seen)
+        seen.clear()
+        block(torch.ones(1))
+        assert seen == ["Block", "attention.wo"]
+    finally:
+        att.uninstall()
+
+
+def _backward_modules(model_fn) -> tuple[list[str], list[str]]:
+    """Where each `_Mark` backward runs (a stand-in for the backward collective of the op it
+    follows): the module commtrace names, and the one CommDebugMode's module tracker names, each
+    in a run of its own (the tracker's backward hooks wrap every module's output in a node of
+    their own, which would change what commtrace sees)."""
+    from torch.distributed.tensor.debug._comm_mode import _CommModeModuleTracker
+
+    from tracer.capture.attribution import Attribution
+
+    ours: list[str] = []
+    theirs: list[str] = []
+    att = Attribution()
+    tracker = _CommModeModuleTracker()
+
+    class _Mark(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            if theirs is None:
+                ours.append(att.where()[0])
+            else:
+                theirs.append(tracker.name.split(".", 1)[-1])  # "Model.a.b" -> "a.b"
+            return g
+
+    def run(enter, leave):
+        torch.manual_seed(0)
+        model = model_fn(_Mark.apply)
+        x = torch.randn(2, 4, requires_grad=True)
+        enter()
+        try:
+            model(x).sum().backward()
+        finally:
+            leave()
+
+    run(tracker.__enter__, tracker.__exit__)
+    found, theirs = theirs, None  # type: ignore[assignment]
+    run(att.install, att.uninstall)
+    return ours, found
+
+
+class _Lin(torch.nn.Module):
+    """A linear layer whose own forward hook (like a TP style's output hook) runs `mark`."""
+
+    def __init__(self, mark):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_forward_hook(lambda mod, args, out: mark(out))
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class _Attention(torch.nn.Module):
+    # the corpus Transformer's shape: resid_dropout(wo(h)), a Dropout that returns its input
+    # unchanged (p=0 on CPU) or an Identity, inside an enclosing module that returns it as well
+    def __init__(self, mark, passthrough):
+        super().__init__()
+        self.wq = _Lin(mark)
+        self.wo = _Lin(mark)
+        self.resid_dropout = passthrough
+
+    def forward(self, x):
+        return self.resid_dropout(self.wo(torch.relu(self.wq(x))))
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, mark, passthrough):
+        super().__init__()
+        self.attention = _Attention(mark, passthrough)
+        self.norm = torch.nn.Identity()
+
+    def forward(self, x):
+        return self.norm(self.attention(x))
+
+
+@pytest.mark.parametrize("passthrough", [torch.nn.Dropout(0.0), torch.nn.Identity()], ids=["dropout_p0", "identity"])
+def test_backward_op_is_filed_under_the_first_module_that_returned_its_tensor(passthrough):
+    # Backward: wo's output hook's op, then wq's. The output of wo (after its hook) is returned
+    # unchanged by resid_dropout, by attention and by norm: CommDebugMode's full-backward
+    # pre-hooks run for norm, attention, resid_dropout and wo in that order, so the op is wo's
+    ours, theirs = _backward_modules(lambda mark: _Model(mark, passthrough))
+    assert theirs == ["attention.wo", "attention.wq"]
+    assert ours == theirs

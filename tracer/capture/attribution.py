@@ -6,11 +6,19 @@ all-reduce / reduce-scatter / all-gather runs in one: a module that has forward 
 gets one more, kept last among them (`_Leave`), which is where it leaves the stack instead, so
 what its hooks issue is filed under it (as CommDebugMode files it). Pre-hooks need nothing: the
 global pre-hook runs before the module's own. Backward: each module's final output (after its
-own hooks) gets a grad_fn prehook that marks the module whose backward autograd just entered,
-the innermost one when modules share an output (torch's ModTracker does this with multi-grad
-hooks, which cost ~5x more per module and made recording visibly slower on small models).
-FSDP2's param groups name their own unit (see patches._install_fsdp), which beats both. Steps
-are counted with the global optimizer hooks.
+own hooks) gets a grad_fn prehook that marks the module whose backward autograd just entered.
+CommDebugMode learns it from a global full-backward pre-hook, which wraps every module's final
+output in a node of its own: modules that return the same tensor (an enclosing module returning
+its child's output, a sibling returning its input unchanged: Dropout(p=0), Identity) chain those
+nodes in call order, backward runs them in reverse and the last to run, the first module that
+returned the tensor, is the module of the backward op that made it. So the first module to
+leave with a grad_fn marks it and no later one does (the grad_fn's metadata remembers); the
+prehook costs far less than the wrapper nodes or ModTracker's multi-grad hooks did on small
+models. FSDP2's param groups name their own unit (see patches._install_fsdp), which beats both.
+Steps are counted with the global optimizer hooks.
+
+Modules are known by identity, weakly (_ModuleMap): a program that builds, uses and drops models
+gets a dropped module's id back for a new one, which must not inherit its name.
 """
 
 from __future__ import annotations
@@ -21,8 +29,9 @@ import os
 import re
 import sys
 import sysconfig
+import weakref
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
@@ -49,8 +58,10 @@ class Attribution:
         self._root = root or os.getcwd()
         self._stack: list[str] = []
         self._backward_module = ""
-        self._names: dict[int, str] = {}  # id(module) -> FQN (modules outlive the recording)
-        self._children: dict[int, dict[int, str]] = {}
+        self._names: _ModuleMap[str] = _ModuleMap()  # module -> its FQN, named when first called
+        # module -> its descendants' names below it (module -> name), built when a child is first
+        # called inside it, rebuilt when one is not found there (a child swapped in since)
+        self._children: _ModuleMap[_ModuleMap[str]] = _ModuleMap()
         # id(code) -> "path:{} in name" template, None for code that is not the user's; keyed by
         # id: hashing a code object hashes its constants on every lookup (a big torch function
         # cost microseconds a frame). The code objects are kept alive so no id is reused.
@@ -60,15 +71,10 @@ class Attribution:
         self._handles: list = []
         self.owners: list[str] = []
         self._mods: list = []
-        self._parent_mod = None
         self._markers: dict[str, Any] = {}  # FQN -> its backward prehook (one per module, not per call)
         self._by_leave: list[bool] = []  # per stack entry: its module leaves in its own last hook
         self._leave = _Leave(self)
-        self._leave_hooks: dict[int, Any] = {}  # id(module) -> the handle of its _Leave hook
-        # the grad_fn marked by the module that left last, until another enters: an enclosing
-        # module that returns the same output leaves the mark to the inner one (as torch's
-        # module backward pre-hooks fire, innermost last)
-        self._last_fn: Any = None
+        self._leave_hooks: _ModuleMap[Any] = _ModuleMap()  # module -> the handle of its _Leave hook
 
     def install(self) -> None:
         self._handles = [
@@ -84,34 +90,35 @@ class Attribution:
         for h in self._leave_hooks.values():
             h.remove()
         self._handles = []
-        self._leave_hooks = {}
+        self._leave_hooks = _ModuleMap()
         self._leave.attribution = None
 
-    def _name(self, mod) -> str:
-        name = self._names.get(id(mod))
+    def _name(self, mod, top: Any) -> str:
+        """`mod`'s FQN; `top`: the module it is called in (None at the root)."""
+        name = self._names.get(mod)
         if name is None:
             parent = self._stack[-1] if self._stack else None
             if parent is None:
                 name = type(mod).__name__
             else:
-                siblings = self._children.get(id(self._parent_mod))
-                if siblings is None:
-                    # descendants, not only children: a block in a ModuleDict / ModuleList is
-                    # called by the model itself, so its container never enters the stack
-                    top: Any = self._parent_mod  # set whenever the stack is not empty
-                    siblings = self._children[id(top)] = {
-                        id(m): n for n, m in top.named_modules(remove_duplicate=False) if n
-                    }
-                child = siblings.get(id(mod))
+                # descendants, not only children: a block in a ModuleDict / ModuleList is
+                # called by the model itself, so its container never enters the stack
+                below = self._children.get(top)
+                child = below.get(mod) if below is not None else None
+                if child is None:
+                    below = _ModuleMap()
+                    for n, m in top.named_modules(remove_duplicate=False):
+                        if n:  # a module under two names: the last (as before, and as ModTracker)
+                            below.set(m, n)
+                    self._children.set(top, below)
+                    child = below.get(mod)
                 base = "" if len(self._stack) == 1 else parent + "."
                 name = base + child if child is not None else type(mod).__name__
-            self._names[id(mod)] = name
+            self._names.set(mod, name)
         return name
 
     def _fw_pre(self, mod, args) -> None:
-        self._last_fn = None
-        self._parent_mod = self._mods[-1] if self._mods else None
-        self._stack.append(self._name(mod))
+        self._stack.append(self._name(mod, self._mods[-1] if self._mods else None))
         self._mods.append(mod)
         self._by_leave.append(self._leave_last(mod))
 
@@ -121,9 +128,10 @@ class Attribution:
         hooks = mod._forward_hooks
         if not hooks:
             return False
-        handle = self._leave_hooks.get(id(mod))
+        handle = self._leave_hooks.get(mod)
         if handle is None or handle.id not in hooks:
-            handle = self._leave_hooks[id(mod)] = mod.register_forward_hook(self._leave, always_call=True)
+            handle = mod.register_forward_hook(self._leave, always_call=True)
+            self._leave_hooks.set(mod, handle)
         elif next(reversed(hooks)) != handle.id:  # a hook registered since: ours runs after it
             hooks.move_to_end(handle.id)
         return True
@@ -150,14 +158,16 @@ class Attribution:
             else None
         )
         fn = getattr(t, "grad_fn", None)
-        if fn is not None and fn is not self._last_fn:  # an enclosing module returning it: the inner one keeps it
-            marker = self._markers.get(name)
-            if marker is None:
-                marker = self._markers[name] = functools.partial(self._entered_backward, name)
-            fn.register_prehook(marker)
-            self._last_fn = fn
-        if not self._mods:
-            self._last_fn = None  # nothing encloses it: keep no graph alive
+        if fn is not None:
+            # the first module to return this grad_fn's tensor keeps it: the inner one when an
+            # enclosing module returns it too, the earlier one when a sibling passes it through
+            meta = fn.metadata
+            if _MARKED not in meta:
+                meta[_MARKED] = name
+                marker = self._markers.get(name)
+                if marker is None:
+                    marker = self._markers[name] = functools.partial(self._entered_backward, name)
+                fn.register_prehook(marker)
 
     def _entered_backward(self, name: str, grads=None) -> None:
         self._backward_module = name
@@ -234,6 +244,53 @@ class Attribution:
         return (
             rel.replace("{", "{{").replace("}", "}}") + ":{} in " + code.co_name.replace("{", "{{").replace("}", "}}")
         )
+
+
+_MARKED = "commtrace.module"  # key in a grad_fn's metadata: the module whose backward it starts
+
+_V = TypeVar("_V")
+
+
+class _ModuleMap(Generic[_V]):
+    """module -> value by identity, not keeping the module alive: an entry goes when its module
+    does, and a module born at a dead one's address (same id) finds nothing. Modules are never
+    hashed (one with __eq__ but no __hash__ is unhashable; WeakKeyDictionary would need it). An
+    object that takes no weak reference is held strongly instead, so its id is never reused
+    while its entry lives."""
+
+    __slots__ = ("_by_id", "__weakref__")
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, _V]] = {}  # id -> (weakref or the object itself, value)
+
+    def get(self, obj: object) -> _V | None:
+        entry = self._by_id.get(id(obj))
+        if entry is None:
+            return None
+        ref, value = entry
+        held = ref() if isinstance(ref, weakref.ref) else ref
+        return value if held is obj else None
+
+    def set(self, obj: object, value: _V) -> None:
+        key = id(obj)
+        try:
+            this = weakref.ref(self)
+
+            def drop(ref: weakref.ref, key: int = key) -> None:
+                owner = this()
+                if owner is not None and owner._by_id.get(key, (None,))[0] is ref:
+                    del owner._by_id[key]
+
+            ref: Any = weakref.ref(obj, drop)
+        except TypeError:  # no weak references to it: hold it
+            ref = obj
+        self._by_id[key] = (ref, value)
+
+    def values(self) -> list[_V]:
+        return [value for _, value in self._by_id.values()]
+
+    def __len__(self) -> int:
+        return len(self._by_id)
 
 
 class _Leave:
