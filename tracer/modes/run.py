@@ -199,7 +199,20 @@ class LastLine:
 
 
 def one_line_error(e: BaseException, rec) -> str:
-    """'ValueError: boom (train.py:12 in step)': the exception and the deepest user frame."""
+    """'ValueError: boom (train.py:12 in step)': the exception and the deepest user frame. A
+    failure caused by a peer's death (a ChannelError, even one that torch's pipelining or the
+    program re-raised as its own RuntimeError) is said as that ChannelError, so the verdict
+    (record/result.py) shows the peer's real error first."""
+    from tracer.capture.channel import ChannelError
+
+    cause: BaseException | None = e
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ChannelError):
+            e = cause
+            break
+        cause = cause.__cause__ or cause.__context__
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     where = ""
     for fs in reversed(traceback.extract_tb(e.__traceback__)):

@@ -57,8 +57,7 @@ class TorchTitanJob:
             self.module,
             "--config",
             self.config,
-            *CPU_DEFAULTS,
-            *self.overrides,
+            *subcommands_last([*CPU_DEFAULTS, *self.overrides]),
         ]
 
     @property
@@ -74,6 +73,34 @@ class TorchTitanJob:
             elif a.startswith("--comm.mode="):
                 mode = a.split("=", 1)[1]
         return mode
+
+
+SUBCOMMAND = re.compile(r"^[A-Za-z][\w-]*:[\w-]+$")
+"""A tyro subcommand token (`activation-checkpoint:selective`): TorchTitan 0.3 picks a config
+variant by name, and tyro applies every option after it to that subcommand only."""
+
+
+def subcommands_last(tokens: list[str]) -> list[str]:
+    """The same overrides in the order tyro parses them as meant: the top-level options first,
+    then each subcommand token with its own options (`--activation-checkpoint.x` after
+    `activation-checkpoint:selective`). TorchTitan's own test list, and any user, writes
+    `... activation-checkpoint:full --training.steps 2`, where tyro would take `--training.steps`
+    for an option of the subcommand. A subcommand given twice keeps its last choice."""
+    chosen = {t.split(":", 1)[0]: t for t in tokens if SUBCOMMAND.match(t)}  # the last choice wins
+    top: list[str] = []
+    subs: dict[str, list[str]] = {name: [tok] for name, tok in chosen.items()}
+    owner = top  # where the value after an option goes
+    for tok in tokens:
+        if SUBCOMMAND.match(tok):
+            owner = top
+        elif tok.startswith("--"):
+            name = tok[2:].split("=", 1)[0]
+            head = name.split(".", 1)[0]
+            owner = subs[head] if head in subs and "." in name else top
+            owner.append(tok)
+        else:
+            owner.append(tok)  # an option's value (or a stray word: tyro says what it is)
+    return top + [t for opts in subs.values() for t in opts]
 
 
 def from_spec(spec: str, overrides: list[str]) -> TorchTitanJob:
@@ -138,7 +165,7 @@ def check(job: TorchTitanJob):
     except SystemExit:  # tyro printed its error box and exited
         raise TorchTitanError(_tyro_error(out.getvalue(), job)) from None
     except ImportError as e:
-        raise TorchTitanError(f"unknown TorchTitan module {job.module!r}: {_first_line(e)}") from None
+        raise TorchTitanError(_import_error(e, job)) from None
     except ValueError as e:
         msg = _first_line(e)
         if msg.startswith("Config function"):
@@ -147,6 +174,19 @@ def check(job: TorchTitanJob):
                 f"unknown TorchTitan config {job.config!r} in module {job.module!r}{_did_you_mean(job.config, names)}"
             ) from None
         raise TorchTitanError(f"TorchTitan config: {msg}") from None
+
+
+def _import_error(e: ImportError, job: TorchTitanJob) -> str:
+    """An unknown module, or a known one that needs a package this environment lacks
+    (muse_glimmer's image and video data need torchvision): the package is the cause then."""
+    missing = getattr(e, "name", None) or ""
+    top = missing.split(".")[0]
+    if isinstance(e, ModuleNotFoundError) and top and top != "torchtitan" and not job.module.startswith(top):
+        return (
+            f"TorchTitan module {job.module!r} needs the package {top!r}, which is not installed "
+            f"(pip install {top}): {_first_line(e)}"
+        )
+    return f"unknown TorchTitan module {job.module!r}: {_first_line(e)}"
 
 
 def _tyro_error(text: str, job: TorchTitanJob) -> str:

@@ -10,6 +10,8 @@
   newer than torch 2.13's whole-batch `step`; pipeline_step.py);
 - `--comm.mode local_tensor` inside commtrace's local mode: TorchTitan uses the LocalTensorMode
   already open instead of nesting a second one (local_tensor.py);
+- CUDA-only kernels (TorchTitan's `torchtitan::silu_and_mul` custom op) and torch's CPU fused
+  Adam without bf16 optimizer states (`fused_opt_states_bf16`): CPU versions (cpu_kernels.py);
 - `torch.distributed.set_timeout` (newer than torch 2.13; TorchTitan 0.3 calls it after the
   first step): a no-op where torch lacks it, since a dry run never waits on a timeout;
 """
@@ -31,7 +33,7 @@ def prepare_rank() -> None:
     prepare()
     import torch.distributed as dist
 
-    from tracer.adapters.torchtitan import attention, fake_values, local_tensor, pipeline_step
+    from tracer.adapters.torchtitan import attention, cpu_kernels, fake_values, local_tensor, pipeline_step
 
     if not hasattr(dist, "set_timeout"):
         dist.set_timeout = _set_timeout
@@ -39,6 +41,7 @@ def prepare_rank() -> None:
     pipeline_step.install()
     local_tensor.install()
     fake_values.install()
+    cpu_kernels.install_fused_adam()
 
 
 def _set_timeout(timeout, group=None) -> None:
