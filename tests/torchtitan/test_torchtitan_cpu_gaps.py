@@ -136,3 +136,41 @@ def test_a_missing_optional_package_is_named(monkeypatch):
     msg = str(e.value)
     assert "needs the package 'torchvision'" in msg and "pip install torchvision" in msg
     assert "unknown TorchTitan module" not in msg
+
+
+def test_spmd_types_stays_where_torch_runs_it(monkeypatch):
+    """TorchTitan 0.3's default spmd_backend is not swapped unless torch's FSDP refuses it."""
+    monkeypatch.setattr(tt_job, "spmd_types_fsdp_gap", lambda: None)
+    args = tt_job.from_spec("llama3:llama3_debugmodel", []).args
+    assert "--parallelism.spmd_backend" not in args
+    monkeypatch.setattr(tt_job, "spmd_types_fsdp_gap", lambda: "torch 2.13.0's FSDP refuses ...")
+    args = tt_job.from_spec("llama3:llama3_debugmodel", ["--parallelism.spmd_backend", "full_dtensor"]).args
+    # the fallback comes first: the user's own choice wins
+    assert args.index("partial_dtensor") < args.index("full_dtensor")
+
+
+def test_the_fsdp_gap_is_read_from_torchs_own_code():
+    import torch
+    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+
+    refuses = any(
+        isinstance(c, str) and "all parameters must be DTensors" in c
+        for c in FSDPParam._init_sharding_spec.__code__.co_consts
+    )
+    gap = tt_job.spmd_types_fsdp_gap()
+    assert (gap is not None) == refuses
+    if gap:
+        assert torch.__version__.split("+")[0] in gap and "pull/187386" in gap
+
+
+@needs_torchtitan
+@pytest.mark.torchtitan
+def test_spmd_types_asked_for_on_a_torch_without_it_is_one_line():
+    from tracer.adapters.torchtitan.plan import plan
+
+    job = tt_job.from_spec("llama3:llama3_debugmodel", ["--parallelism.spmd_backend", "spmd_types"])
+    if tt_job.spmd_types_fsdp_gap() is None:
+        assert plan(job, world_size=2, mode=None).config["torchtitan"]["spmd_backend"] == "spmd_types"
+        return
+    with pytest.raises(tt_job.TorchTitanError, match="spmd_backend spmd_types: torch .* refuses"):
+        plan(job, world_size=2, mode=None)

@@ -24,20 +24,44 @@ ENTRYPOINT = "tracer.adapters.torchtitan.entry:main"
 """What every simulated rank runs (entry.py)."""
 
 CPU_DEFAULTS = [
-    "--parallelism.spmd_backend",
-    "partial_dtensor",
     "--comm.mode",
     "fake_backend",
     "--training.disable_cuda_graphs",
 ]
 """Overrides put before the user's (a user's later value wins):
-- spmd_backend partial_dtensor: TorchTitan 0.3's default "spmd_types" hands FSDP plain tensors
-  with SPMD annotations, which only a newer torch than 2.13 converts ("When dp_mesh_dims is
-  provided, all parameters must be DTensors"); DTensor for TP / EP, FSDP2 on its own mesh is
-  the path that runs on torch 2.13 and communicates the same collectives;
 - comm.mode fake_backend: TorchTitan's dry-run mode (its init_process_group("fake") is served by
   commtrace's recording backend); `local_tensor` is TorchTitan's own LocalTensor mode;
 - disable_cuda_graphs: there is no CUDA (TorchTitan refuses graphs with pipeline parallel)."""
+
+SPMD_FALLBACK = ["--parallelism.spmd_backend", "partial_dtensor"]
+"""Put before the user's overrides only where the installed torch's FSDP cannot run TorchTitan
+0.3's default backend (`spmd_types_fsdp_gap`): TorchTitan's default everywhere else."""
+
+SPMD_TYPES_FSDP = "https://github.com/pytorch/pytorch/pull/187386"
+"""The torch change that lets fully_shard take spmd_types-annotated plain parameters."""
+
+
+def spmd_types_fsdp_gap() -> str | None:
+    """Why the installed torch cannot run TorchTitan 0.3's default `spmd_backend = "spmd_types"`,
+    or None when it can. Under spmd_types TorchTitan hands `fully_shard` plain parameters
+    annotated with their SPMD types plus `dp_mesh_dims`; torch's FSDP converts those only
+    since pytorch#187386 (torch 2.13's refuses them: "all parameters must be DTensors"). The
+    check reads that refusal from torch's own code, so a torch that has the change needs no
+    fallback whatever its version number."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+    except ImportError:
+        return None
+    fn = getattr(FSDPParam, "_init_sharding_spec", None)
+    consts = getattr(getattr(fn, "__code__", None), "co_consts", ())
+    if any(isinstance(c, str) and "all parameters must be DTensors" in c for c in consts):
+        import torch
+
+        return (
+            f"torch {torch.__version__.split('+')[0]}'s FSDP refuses the spmd_types-annotated plain parameters of "
+            f"TorchTitan 0.3's default spmd_backend (needs {SPMD_TYPES_FSDP})"
+        )
+    return None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -57,8 +81,22 @@ class TorchTitanJob:
             self.module,
             "--config",
             self.config,
-            *subcommands_last([*CPU_DEFAULTS, *self.overrides]),
+            *subcommands_last([*self.defaults(), *self.overrides]),
         ]
+
+    def defaults(self) -> list[str]:
+        """CPU_DEFAULTS, and SPMD_FALLBACK where the installed torch needs it."""
+        return [*CPU_DEFAULTS, *(SPMD_FALLBACK if spmd_types_fsdp_gap() else [])]
+
+    def option(self, key: str) -> str | None:
+        """The value the user's overrides give `--key` (the last one wins), else None."""
+        value = None
+        for i, a in enumerate(self.overrides):
+            if a == f"--{key}" and i + 1 < len(self.overrides):
+                value = self.overrides[i + 1]
+            elif a.startswith(f"--{key}="):
+                value = a.split("=", 1)[1]
+        return value
 
     @property
     def label(self) -> str:
