@@ -112,8 +112,8 @@ def test_grad_norm_all_reduces_once_per_partial_mesh_dim_per_step(tmp_path):
 def test_loss_parallel_keeps_logits_sharded(tmp_path):
     # on (default): the loss takes 3 tp all-reduces of 32 x 1 fp32 (max, sum, sum), the logits
     # are never gathered. off: the logits (2, 16, 128 / 2) are all-gathered to (2, 16, 128) in
-    # forward (along the last dim: through dim 0 as (4, 16, 64)) in output's output hook, which
-    # attribution gives to the enclosing module (the root); the loss needs no tp collective.
+    # forward (along the last dim: through dim 0 as (4, 16, 64)) in output's output hook, filed
+    # under output (the module whose hook issued it); the loss needs no tp collective.
     def tp_ops(t):
         return [
             (e["op"], e["out_shapes"], e["reduce_op"])
@@ -122,7 +122,7 @@ def test_loss_parallel_keeps_logits_sharded(tmp_path):
             and e["group"][0] == "tp"
             and e["op"] in (AG, AR)
             and e["phase"] in ("forward", "other")
-            and e["module"] in ("output", "FSDPTransformer", "")
+            and e["module"] in ("output", "")
         ]
 
     on = record(tmp_path, "lp_on", ac='mode = "none"')

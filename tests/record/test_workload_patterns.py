@@ -148,17 +148,16 @@ def test_hsdp_with_tensor_and_sequence_parallel(workload, mode):
         # them recomputed) + 1 (embeddings); reduce-scatters 2 per block + 1 each way
         ag = [e["phase"] for e in comm(t, rank) if e["op"] == AG and e["group"][0] == "tp" and e["step"] == 0]
         assert (ag.count("forward"), ag.count("backward")) == (5, 9)
-        # forward tp collectives per TP region: the input all-gather runs in the region's input
-        # hook, the reduce-scatter in wo's / w2's output hook; a module's own output hook runs
-        # after torch's global forward hooks, which is where attribution leaves the module, so
-        # output-hook collectives are attributed to the enclosing module (the root, for
-        # tok_embeddings; the region, for wo / w2). The checkpoint wrapper is in the path.
+        # forward tp collectives are filed under the module whose hook issued them, as
+        # CommDebugMode files them: the input all-gather in the region's input hook (attention,
+        # feed_forward), the reduce-scatter in the output hook of tok_embeddings, wo and w2;
+        # the output's input all-gather in output's input hook. The checkpoint wrapper is in the path.
         mods = [e["module"] for e in comm(t, rank) if e["group"][0] == "tp" and e["phase"] == "forward"]
-        assert mods[:9] == ["FSDPTransformer"] + [
+        assert mods[:10] == ["tok_embeddings"] + [
             f"layers.{i}._checkpoint_wrapped_module.{m}"
             for i in (0, 1)
-            for m in ("attention",) * 2 + ("feed_forward",) * 2
-        ]
+            for m in ("attention", "attention.wo", "feed_forward", "feed_forward.w2")
+        ] + ["output"]
 
 
 # ---- pipeline parallel -------------------------------------------------------------------

@@ -1,10 +1,16 @@
 """Where an op came from: module FQN, phase (forward/backward/optimizer), step, user frame.
 
-Forward: global module pre/post hooks keep a stack of root-relative FQNs. Backward: each
-module's output grad_fn gets a prehook that marks the module whose backward autograd just
-entered (torch's ModTracker does this with multi-grad hooks, which cost ~5x more per module and
-made recording visibly slower on small models). FSDP2's param groups name their own unit (see
-patches._install_fsdp), which beats both. Steps are counted with the global optimizer hooks.
+Forward: global module pre/post hooks keep a stack of root-relative FQNs. A module's own
+forward hooks run after the global ones (torch's Module._call_impl), and a TP style's output
+all-reduce / reduce-scatter / all-gather runs in one: a module that has forward hooks of its own
+gets one more, kept last among them (`_Leave`), which is where it leaves the stack instead, so
+what its hooks issue is filed under it (as CommDebugMode files it). Pre-hooks need nothing: the
+global pre-hook runs before the module's own. Backward: each module's final output (after its
+own hooks) gets a grad_fn prehook that marks the module whose backward autograd just entered,
+the innermost one when modules share an output (torch's ModTracker does this with multi-grad
+hooks, which cost ~5x more per module and made recording visibly slower on small models).
+FSDP2's param groups name their own unit (see patches._install_fsdp), which beats both. Steps
+are counted with the global optimizer hooks.
 """
 
 from __future__ import annotations
@@ -56,6 +62,13 @@ class Attribution:
         self._mods: list = []
         self._parent_mod = None
         self._markers: dict[str, Any] = {}  # FQN -> its backward prehook (one per module, not per call)
+        self._by_leave: list[bool] = []  # per stack entry: its module leaves in its own last hook
+        self._leave = _Leave(self)
+        self._leave_hooks: dict[int, Any] = {}  # id(module) -> the handle of its _Leave hook
+        # the grad_fn marked by the module that left last, until another enters: an enclosing
+        # module that returns the same output leaves the mark to the inner one (as torch's
+        # module backward pre-hooks fire, innermost last)
+        self._last_fn: Any = None
 
     def install(self) -> None:
         self._handles = [
@@ -68,7 +81,11 @@ class Attribution:
     def uninstall(self) -> None:
         for h in self._handles:
             h.remove()
+        for h in self._leave_hooks.values():
+            h.remove()
         self._handles = []
+        self._leave_hooks = {}
+        self._leave.attribution = None
 
     def _name(self, mod) -> str:
         name = self._names.get(id(mod))
@@ -92,15 +109,39 @@ class Attribution:
         return name
 
     def _fw_pre(self, mod, args) -> None:
+        self._last_fn = None
         self._parent_mod = self._mods[-1] if self._mods else None
         self._stack.append(self._name(mod))
         self._mods.append(mod)
+        self._by_leave.append(self._leave_last(mod))
+
+    def _leave_last(self, mod) -> bool:
+        """Put the _Leave hook last among `mod`'s own forward hooks, if it has any; True then.
+        Registered here, before the forward: torch snapshots the hooks it runs after it."""
+        hooks = mod._forward_hooks
+        if not hooks:
+            return False
+        handle = self._leave_hooks.get(id(mod))
+        if handle is None or handle.id not in hooks:
+            handle = self._leave_hooks[id(mod)] = mod.register_forward_hook(self._leave, always_call=True)
+        elif next(reversed(hooks)) != handle.id:  # a hook registered since: ours runs after it
+            hooks.move_to_end(handle.id)
+        return True
 
     def _fw_post(self, mod, args, out) -> None:
-        if not self._stack:
+        if self._mods and (self._mods[-1] is not mod or not self._by_leave[-1]):
+            self.leave(mod, out)
+
+    def leave(self, mod, out) -> None:
+        """`mod`'s forward and all its forward hooks are done: pop it (and whatever did not leave
+        above it, e.g. after an exception) and mark its output for backward."""
+        if not any(m is mod for m in self._mods):
             return
-        name = self._stack.pop()
-        self._mods.pop()
+        while True:
+            name = self._stack.pop()
+            self._by_leave.pop()
+            if self._mods.pop() is mod:
+                break
         t = (
             out
             if isinstance(out, torch.Tensor)
@@ -109,11 +150,14 @@ class Attribution:
             else None
         )
         fn = getattr(t, "grad_fn", None)
-        if fn is not None:
+        if fn is not None and fn is not self._last_fn:  # an enclosing module returning it: the inner one keeps it
             marker = self._markers.get(name)
             if marker is None:
                 marker = self._markers[name] = functools.partial(self._entered_backward, name)
             fn.register_prehook(marker)
+            self._last_fn = fn
+        if not self._mods:
+            self._last_fn = None  # nothing encloses it: keep no graph alive
 
     def _entered_backward(self, name: str, grads=None) -> None:
         self._backward_module = name
@@ -190,6 +234,26 @@ class Attribution:
         return (
             rel.replace("{", "{{").replace("}", "}}") + ":{} in " + code.co_name.replace("{", "{{").replace("}", "}}")
         )
+
+
+class _Leave:
+    """A module's last forward hook: the module leaves the attribution stack after its own hooks
+    ran. Copies of the module (deepcopy) share it; a pickled one loads as a no-op."""
+
+    __slots__ = ("attribution",)
+
+    def __init__(self, attribution: Attribution | None):
+        self.attribution = attribution
+
+    def __call__(self, mod, args, out) -> None:
+        if self.attribution is not None:
+            self.attribution.leave(mod, out)
+
+    def __deepcopy__(self, memo) -> _Leave:
+        return self
+
+    def __reduce__(self):
+        return (_Leave, (None,))
 
 
 def is_user_path(path: str) -> bool:
