@@ -109,6 +109,8 @@ class Attribution:
         return name
 
     def _fw_pre(self, mod, args) -> None:
+        if torch.compiler.is_compiling():  # traced by dynamo: invisible there (compiled.py enters compiled modules)
+            return
         self._last_fn = None
         self._parent_mod = self._mods[-1] if self._mods else None
         self._stack.append(self._name(mod))
@@ -128,14 +130,24 @@ class Attribution:
             hooks.move_to_end(handle.id)
         return True
 
+    def enter(self, mod) -> None:
+        """`mod` starts running outside the global hooks (a compiled module: compiled.py)."""
+        self._last_fn = None
+        self._parent_mod = self._mods[-1] if self._mods else None
+        self._stack.append(self._name(mod))
+        self._mods.append(mod)
+        self._by_leave.append(True)  # it leaves when its caller says so
+
     def _fw_post(self, mod, args, out) -> None:
+        if torch.compiler.is_compiling():
+            return
         if self._mods and (self._mods[-1] is not mod or not self._by_leave[-1]):
             self.leave(mod, out)
 
     def leave(self, mod, out) -> None:
         """`mod`'s forward and all its forward hooks are done: pop it (and whatever did not leave
         above it, e.g. after an exception) and mark its output for backward."""
-        if not any(m is mod for m in self._mods):
+        if torch.compiler.is_compiling() or not any(m is mod for m in self._mods):
             return
         while True:
             name = self._stack.pop()

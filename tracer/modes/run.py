@@ -71,7 +71,7 @@ def run_job(job: Job) -> int:
     import torch
     import torch.distributed as dist
 
-    from tracer.capture import ddp, patches
+    from tracer.capture import compiled, ddp, patches
     from tracer.capture.recorder import Recorder
 
     if job.threads > 0:
@@ -105,6 +105,7 @@ def run_job(job: Job) -> int:
             fsdp_local.install(p)
             rank_reads.install(p, rec)
             rec.attribution.install()
+            compiled.install(p, rec.attribution)
             with LocalTensorMode(job.world_size):
                 job.program.run()
         else:
@@ -120,6 +121,7 @@ def run_job(job: Job) -> int:
                 fake_compute.install(p)
                 fake = fake_compute.FakeCompute(rec)
             rec.attribution.install()
+            compiled.install(p, rec.attribution)
             with fake:
                 job.program.run()
     except SystemExit as e:
