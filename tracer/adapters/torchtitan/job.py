@@ -217,6 +217,8 @@ def check(job: TorchTitanJob):
 def _import_error(e: ImportError, job: TorchTitanJob) -> str:
     """An unknown module, or a known one that needs a package this environment lacks
     (muse_glimmer's image and video data need torchvision): the package is the cause then."""
+    if str(e).startswith("Cannot import config_registry for module"):  # TorchTitan's parser hid why
+        e = _registry_import_error(job.module) or e
     missing = getattr(e, "name", None) or ""
     top = missing.split(".")[0]
     if isinstance(e, ModuleNotFoundError) and top and top != "torchtitan" and not job.module.startswith(top):
@@ -225,6 +227,22 @@ def _import_error(e: ImportError, job: TorchTitanJob) -> str:
             f"(pip install {top}): {_first_line(e)}"
         )
     return f"unknown TorchTitan module {job.module!r}: {_first_line(e)}"
+
+
+def _registry_import_error(module: str) -> ImportError | None:
+    """The ImportError behind TorchTitan's "Cannot import config_registry" (it tries three
+    packages and says none): importing the model's own config_registry again, for its cause."""
+    import importlib
+
+    if not module.isidentifier():
+        return None
+    try:
+        importlib.import_module(f"torchtitan.models.{module}.config_registry")
+    except ModuleNotFoundError as e:
+        return e if (e.name or "").split(".")[0] != "torchtitan" else None
+    except Exception:
+        return None
+    return None
 
 
 def _tyro_error(text: str, job: TorchTitanJob) -> str:
@@ -240,7 +258,18 @@ def _tyro_error(text: str, job: TorchTitanJob) -> str:
         return f"unknown TorchTitan key {key}" + (f" (did you mean {hint}?)" if hint else "")
     for i, ln in enumerate(lines):
         if "error" in ln.lower() and i + 1 < len(lines):
-            return f"TorchTitan config: {lines[i + 1]}"
+            # the box's message: its text lines up to the separator, joined (tyro wraps them)
+            text = []
+            for body in lines[i:]:
+                if not body.strip("-─ ") or body.startswith("For full helptext"):
+                    break
+                text.append(body)
+            msg = " ".join(text)
+            if "Error parsing" in msg:  # "Value error Error parsing parallelism: For NVIDIA ..."
+                msg = msg[msg.index("Error parsing") :]
+            elif len(text) > 1:
+                msg = " ".join(text[1:])
+            return f"TorchTitan config: {msg}"
     return f"TorchTitan config: {lines[0] if lines else 'could not parse ' + ' '.join(job.overrides)}"
 
 

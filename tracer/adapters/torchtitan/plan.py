@@ -42,6 +42,12 @@ def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None) -> Pla
     mode = mode or COMM_MODES[comm]
     if mode == "fake" and comm == "local_tensor":
         raise TorchTitanError("comm.mode local_tensor runs every rank in one process: use --mode local")
+    for key in ("parallelism.enable_fsdp_symm_mem", "parallelism.enable-fsdp-symm-mem"):
+        if job.option(key) is not None or f"--{key}" in job.overrides:
+            raise TorchTitanError(
+                "parallelism.enable_fsdp_symm_mem: FSDP over CUDA symmetric memory (NVSHMEM buffers) "
+                "has no CPU version to simulate; record without it (the same all-gathers and reduce-scatters)"
+            )
     cfg = check(job)
     _check_degrees(cfg, world_size)
     _check_backend(cfg, world_size)

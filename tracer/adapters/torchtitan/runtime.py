@@ -12,6 +12,7 @@
   already open instead of nesting a second one (local_tensor.py);
 - CUDA-only kernels (TorchTitan's `torchtitan::silu_and_mul` custom op) and torch's CPU fused
   Adam without bf16 optimizer states (`fused_opt_states_bf16`): CPU versions (cpu_kernels.py);
+- hardware checks that decide communication (float8's SM89+) answered as an H100 (cpu_device.py);
 - `torch.distributed.set_timeout` (newer than torch 2.13; TorchTitan 0.3 calls it after the
   first step): a no-op where torch lacks it, since a dry run never waits on a timeout;
 """
@@ -26,6 +27,7 @@ def prepare() -> None:
 
     triton_stub.install()
     cpu_device.install()
+    cpu_device.install_capability()  # TorchTitan's config build already checks float8's SM89
 
 
 def prepare_rank() -> None:
