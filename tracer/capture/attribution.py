@@ -274,7 +274,7 @@ def is_user_path(path: str) -> bool:
     not the standard library (a site-packages folder below the stdlib folder is not stdlib)."""
     if path.startswith(_COMMTRACE_DIRS):
         return path.startswith(_WORKLOADS_DIR)
-    if path.startswith(_TORCH_DIRS):
+    if path.startswith(_TORCH_DIRS) or _generated_by_inductor(path):
         return False
     cut = max(path.rfind(marker) + len(marker) if marker in path else -1 for marker in _INSTALLED)
     if cut >= 0:
@@ -283,6 +283,15 @@ def is_user_path(path: str) -> bool:
         if path.startswith(stdlib):
             return False
     return True
+
+
+def _generated_by_inductor(path: str) -> bool:
+    """Code torch.compile wrote (inductor's cache: $TORCHINDUCTOR_CACHE_DIR or a torchinductor_USER
+    folder): a collective issued there belongs to the frame that called the compiled module."""
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if cache and path.startswith(cache.rstrip(os.sep) + os.sep):
+        return True
+    return f"{os.sep}torchinductor_" in path
 
 
 @functools.cache
