@@ -100,7 +100,7 @@ def run_variant(case: Case, k: int, work: str, timeout: float) -> dict:
         return {"status": "timeout", "detail": f"over {timeout:g} s", "seconds": timeout, "cmd": cmd}
     secs = round(time.time() - start, 1)
     text = p.stdout + p.stderr
-    if p.returncode == 2:
+    if p.returncode == 2 and not _first_error(text).startswith(("rank ", "ranks ")):
         return {"status": "refused", "detail": _first_error(text), "seconds": secs, "cmd": cmd}
     if p.returncode != 0:
         return {"status": "failed", "detail": _first_error(text), "seconds": secs, "cmd": cmd}
@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="", help="comma-separated test names")
     ap.add_argument("--suite", default="", help="features, models or h100")
+    ap.add_argument("--exclude", default="", help="comma-separated test names to leave out")
     ap.add_argument("--skip-compile", action="store_true", help="leave out tests with --compile.enable")
     ap.add_argument("--include-disabled", action="store_true")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per variant")
@@ -127,10 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="", help="folder for traces and dump folders (default: a temporary one)")
     args = ap.parse_args(argv)
     only = {n for n in args.only.split(",") if n}
+    exclude = {n for n in args.exclude.split(",") if n}
     work = args.work or tempfile.mkdtemp(prefix="titan-matrix-")
     rows = []
     for case in CASES:
-        if (only and case.name not in only) or (args.suite and case.suite != args.suite):
+        if (only and case.name not in only) or case.name in exclude or (args.suite and case.suite != args.suite):
             continue
         compiled = any("compile.enable" in " ".join(v) and "no-enable" not in " ".join(v) for v in case.variants)
         for k in range(len(case.variants)):

@@ -31,6 +31,7 @@ def main() -> None:
     synthetic_data.install(config)
     try:
         trainer = config.build()
+        cpu_kernels.install_custom_ops()  # the ops of the modules `--override.imports` loaded in build
         try:
             trainer.train()
         finally:
