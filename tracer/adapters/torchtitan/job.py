@@ -259,16 +259,16 @@ def _tyro_error(text: str, job: TorchTitanJob) -> str:
     for i, ln in enumerate(lines):
         if "error" in ln.lower() and i + 1 < len(lines):
             # the box's message: its text lines up to the separator, joined (tyro wraps them)
-            text = []
+            box: list[str] = []
             for body in lines[i:]:
                 if not body.strip("-─ ") or body.startswith("For full helptext"):
                     break
-                text.append(body)
-            msg = " ".join(text)
+                box.append(body)
+            msg = " ".join(box)
             if "Error parsing" in msg:  # "Value error Error parsing parallelism: For NVIDIA ..."
                 msg = msg[msg.index("Error parsing") :]
-            elif len(text) > 1:
-                msg = " ".join(text[1:])
+            elif len(box) > 1:
+                msg = " ".join(box[1:])
             return f"TorchTitan config: {msg}"
     return f"TorchTitan config: {lines[0] if lines else 'could not parse ' + ' '.join(job.overrides)}"
 
