@@ -124,11 +124,11 @@ def _matrix(*names: str, tmp) -> dict:
 @pytest.mark.records
 @pytest.mark.slow
 def test_fast_subset_records_clean(tmp_path):
-    """Three tests that crashed before (#28): fused AdamW with bf16 states, the fused-SwiGLU
-    override (torchtitan::silu_and_mul), and a resumed checkpoint; ranks 0 and N-1, 2 steps."""
-    rows = _matrix("optimizer_bf16_states", "override_fused_swiglu", "hsdp", tmp=tmp_path)
+    """Three tests that crashed or were refused before (#28): fused AdamW with bf16 states, the
+    fused-SwiGLU override (torchtitan::silu_and_mul), real float8 (SM89 check); ranks 0 and N-1."""
+    rows = _matrix("optimizer_bf16_states", "override_fused_swiglu", "float8", tmp=tmp_path)
     assert {k: r["status"] for k, r in rows.items()} == {
         ("optimizer_bf16_states", 0): "clean",
         ("override_fused_swiglu", 0): "clean",
-        ("hsdp", 0): "clean",
+        ("float8", 0): "clean",
     }, rows
