@@ -174,3 +174,38 @@ def test_spmd_types_asked_for_on_a_torch_without_it_is_one_line():
         return
     with pytest.raises(tt_job.TorchTitanError, match="spmd_backend spmd_types: torch .* refuses"):
         plan(job, world_size=2, mode=None)
+
+
+def test_pipeline_eval_takes_microbatch_lists():
+    """TorchTitan's validator calls `pp_schedule.eval(arg_mbs=..., target_mbs=..., losses=...)`;
+    torch 2.13's eval forwards them to step with target=None (was: 'unexpected keyword ['target']')."""
+    from tracer.adapters.torchtitan.pipeline_step import _with_microbatches
+
+    calls = []
+
+    class Stage:
+        is_last, output_chunks, has_backward = True, [], True
+
+        def clear_runtime_states(self):
+            pass
+
+    class Schedule:
+        _has_backward = True
+        _stage = Stage()
+
+        def step(self, *args, target=None, losses=None, **kwargs):  # torch 2.13's signature
+            raise AssertionError("the whole-batch step is not the one called")
+
+        def eval(self, *args, target=None, losses=None, **kwargs):  # torch 2.13's eval, verbatim in effect
+            self._has_backward = False
+            return self.step(*args, target=target, losses=losses, **kwargs)
+
+        def _step_microbatches(self, arg_mbs, kwarg_mbs, target_mbs, losses, return_outputs, loss_kwargs=None):
+            calls.append((arg_mbs, target_mbs, losses, self._stage.has_backward))
+
+        def _merge_outputs(self, chunks):
+            return "merged"
+
+    Schedule.step = _with_microbatches(Schedule.step)
+    assert Schedule().eval(arg_mbs=[1, 2], kwarg_mbs=[{}, {}], target_mbs=[3, 4], losses=[]) == "merged"
+    assert calls == [([1, 2], [3, 4], [], False)]
