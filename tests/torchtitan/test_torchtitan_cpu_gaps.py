@@ -209,3 +209,19 @@ def test_pipeline_eval_takes_microbatch_lists():
     Schedule.step = _with_microbatches(Schedule.step)
     assert Schedule().eval(arg_mbs=[1, 2], kwarg_mbs=[{}, {}], target_mbs=[3, 4], losses=[]) == "merged"
     assert calls == [([1, 2], [3, 4], [], False)]
+
+
+def test_varlen_attention_in_math_is_per_document_causal_sdpa():
+    """TorchTitan's VarlenAttention calls torch's flash-only varlen_attn; the CPU stand-in gives
+    what causal SDPA gives on each packed document."""
+    from tracer.adapters.torchtitan.attention import math_varlen_attn
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(7, 4, 8, generator=g) for _ in range(3))
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    out = math_varlen_attn(q, k, v, cu, cu, 4, 4, window_size=(-1, 0))
+    for a, b in ((0, 3), (3, 7)):
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1), is_causal=True
+        ).transpose(0, 1)
+        torch.testing.assert_close(out[a:b], ref)
