@@ -5,6 +5,7 @@
 #   make lint   ruff (lint + format check) and mypy over traceformat/ tracer/ analyzer/
 #   make golden          re-record the examples and diff them against traces/ (tracer golden check)
 #   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
+#   make titan-matrix    record TorchTitan 0.3's own integration tests (docs/torchtitan.md's matrix)
 # Each creates .venv first when needed: torch==2.13.0, then the project with its test,
 # torchtitan and float8 extras (README, "Two commands": what that is and how big).
 #
@@ -20,7 +21,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commtrace-installed
 TORCH_INDEX ?=
 
-.PHONY: demo test test-fast lint bench golden golden-update clean
+.PHONY: demo test test-fast lint bench golden golden-update titan-matrix clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +58,12 @@ golden-update: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# TorchTitan 0.3's own integration tests (features, models, h100), each recorded and checked:
+# the matrix of docs/torchtitan.md (hours on 2 cores; bench/titan_matrix.py --help for subsets)
+titan-matrix: $(STAMP)
+	mkdir -p out
+	$(BIN)/python bench/titan_matrix.py --json out/titan-matrix.json
 
 clean:
 	rm -rf out .pytest_cache

@@ -258,3 +258,28 @@ def test_a_reader_that_goes_away_leaves_the_real_status(tmp_path):
         os.close(w)
     assert (p.returncode, p.stderr) == (0, "")
     assert os.path.exists(tmp_path / "fsdp.trace")  # the work was done; only its report was lost
+
+
+def test_a_peer_caused_error_reraised_by_the_program_is_still_the_peers():
+    """torch's pipelining re-raises a stage's failure as its own RuntimeError ("... failed"):
+    the ChannelError inside is what the rank's line says, so the verdict shows the peer's cause."""
+    from types import SimpleNamespace
+
+    from tracer.capture.channel import ChannelError
+    from tracer.modes.run import one_line_error
+    from tracer.record.result import RankFailure, failure_lines
+
+    rec = SimpleNamespace(attribution=SimpleNamespace(_describe=lambda code: None))
+    try:
+        try:
+            raise ChannelError("rank 0 waits for recv_object_list from rank 4, which finished without sending it")
+        except ChannelError as inner:
+            raise RuntimeError("Stage 0 failed to run backward") from inner
+    except RuntimeError as e:
+        line = one_line_error(e, rec)
+    assert line.startswith("ChannelError: rank 0 waits for recv_object_list from rank 4")
+    failures = {
+        0: RankFailure(rank=0, why=line, log="r0.log", ended=1.0),
+        4: RankFailure(rank=4, why="IndexError: list index out of range", log="r4.log", ended=2.0),
+    }
+    assert failure_lines(failures)[0].startswith("rank 4: IndexError")

@@ -75,6 +75,9 @@ def test_toml_sections_become_torchtitan_cli_overrides():
     # the adapter's CPU defaults come first, so the user's own values win
     assert job.args[:4] == ["--module", "llama3", "--config", "llama3_debugmodel"]
     assert job.args[4 : 4 + len(tt_job.CPU_DEFAULTS)] == tt_job.CPU_DEFAULTS
+    # TorchTitan's default spmd_backend stays, but for a torch whose FSDP cannot run it
+    fallback = tt_job.SPMD_FALLBACK if tt_job.spmd_types_fsdp_gap() else []
+    assert job.defaults() == tt_job.CPU_DEFAULTS + fallback
     assert job.comm_mode() == "fake_backend"
     assert tt_job.from_spec("llama3:x", ["--comm.mode", "local_tensor"]).comm_mode() == "local_tensor"
 

@@ -118,6 +118,8 @@ class Attribution:
         return name
 
     def _fw_pre(self, mod, args) -> None:
+        if torch.compiler.is_compiling():  # traced by dynamo: invisible there (compiled.py enters compiled modules)
+            return
         self._stack.append(self._name(mod, self._mods[-1] if self._mods else None))
         self._mods.append(mod)
         self._by_leave.append(self._leave_last(mod))
@@ -136,14 +138,22 @@ class Attribution:
             hooks.move_to_end(handle.id)
         return True
 
+    def enter(self, mod) -> None:
+        """`mod` starts running outside the global hooks (a compiled module: compiled.py)."""
+        self._stack.append(self._name(mod, self._mods[-1] if self._mods else None))
+        self._mods.append(mod)
+        self._by_leave.append(True)  # it leaves when its caller says so
+
     def _fw_post(self, mod, args, out) -> None:
+        if torch.compiler.is_compiling():
+            return
         if self._mods and (self._mods[-1] is not mod or not self._by_leave[-1]):
             self.leave(mod, out)
 
     def leave(self, mod, out) -> None:
         """`mod`'s forward and all its forward hooks are done: pop it (and whatever did not leave
         above it, e.g. after an exception) and mark its output for backward."""
-        if not any(m is mod for m in self._mods):
+        if torch.compiler.is_compiling() or not any(m is mod for m in self._mods):
             return
         while True:
             name = self._stack.pop()
@@ -319,7 +329,7 @@ def is_user_path(path: str) -> bool:
     not the standard library (a site-packages folder below the stdlib folder is not stdlib)."""
     if path.startswith(_COMMTRACE_DIRS):
         return path.startswith(_WORKLOADS_DIR)
-    if path.startswith(_TORCH_DIRS):
+    if path.startswith(_TORCH_DIRS) or _generated_by_inductor(path):
         return False
     cut = max(path.rfind(marker) + len(marker) if marker in path else -1 for marker in _INSTALLED)
     if cut >= 0:
@@ -328,6 +338,15 @@ def is_user_path(path: str) -> bool:
         if path.startswith(stdlib):
             return False
     return True
+
+
+def _generated_by_inductor(path: str) -> bool:
+    """Code torch.compile wrote (inductor's cache: $TORCHINDUCTOR_CACHE_DIR or a torchinductor_USER
+    folder): a collective issued there belongs to the frame that called the compiled module."""
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if cache and path.startswith(cache.rstrip(os.sep) + os.sep):
+        return True
+    return f"{os.sep}torchinductor_" in path
 
 
 @functools.cache

@@ -74,7 +74,7 @@ def run_job(job: Job) -> int:
     import torch
     import torch.distributed as dist
 
-    from tracer.capture import ddp, patches
+    from tracer.capture import compiled, ddp, patches
     from tracer.capture.recorder import Recorder
 
     if job.threads > 0:
@@ -116,6 +116,7 @@ def run_job(job: Job) -> int:
 
                 num = Numerics(rec, job.world_size)
                 num.install(p)
+            compiled.install(p, rec.attribution)
             with LocalTensorMode(job.world_size):
                 job.program.run(init_globals={"int": rank_reads.ProgramInt})
         else:
@@ -131,6 +132,7 @@ def run_job(job: Job) -> int:
                 fake_compute.install(p)
                 fake = fake_compute.FakeCompute(rec)
             rec.attribution.install()
+            compiled.install(p, rec.attribution)
             with fake:
                 job.program.run()
     except SystemExit as e:
@@ -231,7 +233,20 @@ class LastLine:
 
 
 def one_line_error(e: BaseException, rec) -> str:
-    """'ValueError: boom (train.py:12 in step)': the exception and the deepest user frame."""
+    """'ValueError: boom (train.py:12 in step)': the exception and the deepest user frame. A
+    failure caused by a peer's death (a ChannelError, even one that torch's pipelining or the
+    program re-raised as its own RuntimeError) is said as that ChannelError, so the verdict
+    (record/result.py) shows the peer's real error first."""
+    from tracer.capture.channel import ChannelError
+
+    cause: BaseException | None = e
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ChannelError):
+            e = cause
+            break
+        cause = cause.__cause__ or cause.__context__
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     where = ""
     for fs in reversed(traceback.extract_tb(e.__traceback__)):

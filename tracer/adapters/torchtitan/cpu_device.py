@@ -94,3 +94,32 @@ def install() -> None:
     # "cpu", not "cpu:0": tensors TorchTitan moves to its device meet tensors made on "cpu", and
     # fake compute (FakeTensor) refuses to mix the two spellings of the same device
     tt_utils.get_local_device = _local_device
+
+
+H100_CAPABILITY = (9, 0)
+"""The CUDA compute capability a dry run answers with: an H100's (SM90), TorchTitan's CI GPU."""
+
+CAPABILITY_CHECKS = ("torchtitan.components.quantization.float8",)
+"""TorchTitan modules whose hardware check (`has_cuda_capability`, imported by name) decides what
+the job communicates: float8 needs SM89+ (float8 all-gathers, amax all-reduces). Answered as an
+H100 would. Not `torchtitan.tools.utils` itself: its FlashAttention pick would then choose FA3
+kernels, which are compute, not communication, and have no CPU version. MX and NVFP4 ask for
+SM100 (Blackwell), which an H100 is not: refused by TorchTitan there, as on an H100."""
+
+
+def has_cuda_capability(major: int, minor: int) -> bool:
+    """TorchTitan's `has_cuda_capability`, answered as an H100 would."""
+    return H100_CAPABILITY >= (major, minor)
+
+
+def install_capability() -> None:
+    """Point the modules of CAPABILITY_CHECKS at `has_cuda_capability` (imports them)."""
+    import importlib
+
+    for name in CAPABILITY_CHECKS:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:  # a TorchTitan without it (or without its dependencies): nothing to answer
+            continue
+        if hasattr(mod, "has_cuda_capability"):
+            mod.has_cuda_capability = has_cuda_capability

@@ -24,12 +24,14 @@ def main() -> None:
     os.environ["NGPU"] = os.environ.get("WORLD_SIZE", "1")
     from torchtitan.config import ConfigManager
 
-    from tracer.adapters.torchtitan import synthetic_data
+    from tracer.adapters.torchtitan import cpu_kernels, synthetic_data
 
     config = ConfigManager().parse_args(sys.argv[1:])
+    cpu_kernels.install_custom_ops()  # the ops of the modules `--override.imports` just loaded
     synthetic_data.install(config)
     try:
         trainer = config.build()
+        cpu_kernels.install_custom_ops()  # the ops of the modules `--override.imports` loaded in build
         try:
             trainer.train()
         finally:

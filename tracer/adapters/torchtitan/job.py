@@ -24,20 +24,44 @@ ENTRYPOINT = "tracer.adapters.torchtitan.entry:main"
 """What every simulated rank runs (entry.py)."""
 
 CPU_DEFAULTS = [
-    "--parallelism.spmd_backend",
-    "partial_dtensor",
     "--comm.mode",
     "fake_backend",
     "--training.disable_cuda_graphs",
 ]
 """Overrides put before the user's (a user's later value wins):
-- spmd_backend partial_dtensor: TorchTitan 0.3's default "spmd_types" hands FSDP plain tensors
-  with SPMD annotations, which only a newer torch than 2.13 converts ("When dp_mesh_dims is
-  provided, all parameters must be DTensors"); DTensor for TP / EP, FSDP2 on its own mesh is
-  the path that runs on torch 2.13 and communicates the same collectives;
 - comm.mode fake_backend: TorchTitan's dry-run mode (its init_process_group("fake") is served by
   commtrace's recording backend); `local_tensor` is TorchTitan's own LocalTensor mode;
 - disable_cuda_graphs: there is no CUDA (TorchTitan refuses graphs with pipeline parallel)."""
+
+SPMD_FALLBACK = ["--parallelism.spmd_backend", "partial_dtensor"]
+"""Put before the user's overrides only where the installed torch's FSDP cannot run TorchTitan
+0.3's default backend (`spmd_types_fsdp_gap`): TorchTitan's default everywhere else."""
+
+SPMD_TYPES_FSDP = "https://github.com/pytorch/pytorch/pull/187386"
+"""The torch change that lets fully_shard take spmd_types-annotated plain parameters."""
+
+
+def spmd_types_fsdp_gap() -> str | None:
+    """Why the installed torch cannot run TorchTitan 0.3's default `spmd_backend = "spmd_types"`,
+    or None when it can. Under spmd_types TorchTitan hands `fully_shard` plain parameters
+    annotated with their SPMD types plus `dp_mesh_dims`; torch's FSDP converts those only
+    since pytorch#187386 (torch 2.13's refuses them: "all parameters must be DTensors"). The
+    check reads that refusal from torch's own code, so a torch that has the change needs no
+    fallback whatever its version number."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+    except ImportError:
+        return None
+    fn = getattr(FSDPParam, "_init_sharding_spec", None)
+    consts = getattr(getattr(fn, "__code__", None), "co_consts", ())
+    if any(isinstance(c, str) and "all parameters must be DTensors" in c for c in consts):
+        import torch
+
+        return (
+            f"torch {torch.__version__.split('+')[0]}'s FSDP refuses the spmd_types-annotated plain parameters of "
+            f"TorchTitan 0.3's default spmd_backend (needs {SPMD_TYPES_FSDP})"
+        )
+    return None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -57,9 +81,22 @@ class TorchTitanJob:
             self.module,
             "--config",
             self.config,
-            *CPU_DEFAULTS,
-            *self.overrides,
+            *subcommands_last([*self.defaults(), *self.overrides]),
         ]
+
+    def defaults(self) -> list[str]:
+        """CPU_DEFAULTS, and SPMD_FALLBACK where the installed torch needs it."""
+        return [*CPU_DEFAULTS, *(SPMD_FALLBACK if spmd_types_fsdp_gap() else [])]
+
+    def option(self, key: str) -> str | None:
+        """The value the user's overrides give `--key` (the last one wins), else None."""
+        value = None
+        for i, a in enumerate(self.overrides):
+            if a == f"--{key}" and i + 1 < len(self.overrides):
+                value = self.overrides[i + 1]
+            elif a.startswith(f"--{key}="):
+                value = a.split("=", 1)[1]
+        return value
 
     @property
     def label(self) -> str:
@@ -74,6 +111,34 @@ class TorchTitanJob:
             elif a.startswith("--comm.mode="):
                 mode = a.split("=", 1)[1]
         return mode
+
+
+SUBCOMMAND = re.compile(r"^[A-Za-z][\w-]*:[\w-]+$")
+"""A tyro subcommand token (`activation-checkpoint:selective`): TorchTitan 0.3 picks a config
+variant by name, and tyro applies every option after it to that subcommand only."""
+
+
+def subcommands_last(tokens: list[str]) -> list[str]:
+    """The same overrides in the order tyro parses them as meant: the top-level options first,
+    then each subcommand token with its own options (`--activation-checkpoint.x` after
+    `activation-checkpoint:selective`). TorchTitan's own test list, and any user, writes
+    `... activation-checkpoint:full --training.steps 2`, where tyro would take `--training.steps`
+    for an option of the subcommand. A subcommand given twice keeps its last choice."""
+    chosen = {t.split(":", 1)[0]: t for t in tokens if SUBCOMMAND.match(t)}  # the last choice wins
+    top: list[str] = []
+    subs: dict[str, list[str]] = {name: [tok] for name, tok in chosen.items()}
+    owner = top  # where the value after an option goes
+    for tok in tokens:
+        if SUBCOMMAND.match(tok):
+            owner = top
+        elif tok.startswith("--"):
+            name = tok[2:].split("=", 1)[0]
+            head = name.split(".", 1)[0]
+            owner = subs[head] if head in subs and "." in name else top
+            owner.append(tok)
+        else:
+            owner.append(tok)  # an option's value (or a stray word: tyro says what it is)
+    return top + [t for opts in subs.values() for t in opts]
 
 
 def from_spec(spec: str, overrides: list[str]) -> TorchTitanJob:
@@ -138,7 +203,7 @@ def check(job: TorchTitanJob):
     except SystemExit:  # tyro printed its error box and exited
         raise TorchTitanError(_tyro_error(out.getvalue(), job)) from None
     except ImportError as e:
-        raise TorchTitanError(f"unknown TorchTitan module {job.module!r}: {_first_line(e)}") from None
+        raise TorchTitanError(_import_error(e, job)) from None
     except ValueError as e:
         msg = _first_line(e)
         if msg.startswith("Config function"):
@@ -147,6 +212,37 @@ def check(job: TorchTitanJob):
                 f"unknown TorchTitan config {job.config!r} in module {job.module!r}{_did_you_mean(job.config, names)}"
             ) from None
         raise TorchTitanError(f"TorchTitan config: {msg}") from None
+
+
+def _import_error(e: ImportError, job: TorchTitanJob) -> str:
+    """An unknown module, or a known one that needs a package this environment lacks
+    (muse_glimmer's image and video data need torchvision): the package is the cause then."""
+    if str(e).startswith("Cannot import config_registry for module"):  # TorchTitan's parser hid why
+        e = _registry_import_error(job.module) or e
+    missing = getattr(e, "name", None) or ""
+    top = missing.split(".")[0]
+    if isinstance(e, ModuleNotFoundError) and top and top != "torchtitan" and not job.module.startswith(top):
+        return (
+            f"TorchTitan module {job.module!r} needs the package {top!r}, which is not installed "
+            f"(pip install {top}): {_first_line(e)}"
+        )
+    return f"unknown TorchTitan module {job.module!r}: {_first_line(e)}"
+
+
+def _registry_import_error(module: str) -> ImportError | None:
+    """The ImportError behind TorchTitan's "Cannot import config_registry" (it tries three
+    packages and says none): importing the model's own config_registry again, for its cause."""
+    import importlib
+
+    if not module.isidentifier():
+        return None
+    try:
+        importlib.import_module(f"torchtitan.models.{module}.config_registry")
+    except ModuleNotFoundError as e:
+        return e if (e.name or "").split(".")[0] != "torchtitan" else None
+    except Exception:
+        return None
+    return None
 
 
 def _tyro_error(text: str, job: TorchTitanJob) -> str:
@@ -162,7 +258,18 @@ def _tyro_error(text: str, job: TorchTitanJob) -> str:
         return f"unknown TorchTitan key {key}" + (f" (did you mean {hint}?)" if hint else "")
     for i, ln in enumerate(lines):
         if "error" in ln.lower() and i + 1 < len(lines):
-            return f"TorchTitan config: {lines[i + 1]}"
+            # the box's message: its text lines up to the separator, joined (tyro wraps them)
+            box: list[str] = []
+            for body in lines[i:]:
+                if not body.strip("-─ ") or body.startswith("For full helptext"):
+                    break
+                box.append(body)
+            msg = " ".join(box)
+            if "Error parsing" in msg:  # "Value error Error parsing parallelism: For NVIDIA ..."
+                msg = msg[msg.index("Error parsing") :]
+            elif len(box) > 1:
+                msg = " ".join(box[1:])
+            return f"TorchTitan config: {msg}"
     return f"TorchTitan config: {lines[0] if lines else 'could not parse ' + ' '.join(job.overrides)}"
 
 

@@ -9,7 +9,8 @@ but got 1"). `install()` lets `step` take the microbatch lists: the same per-ite
 as torch 2.13's own `step` (has_backward on every stage, runtime state cleared), then the
 schedule's `_step_microbatches` on the lists as given, so the pipeline's sends, receives and
 the FSDP / TP collectives inside each stage are torch's and TorchTitan's, unchanged. A call
-without the lists is torch's own `step`.
+without the lists is torch's own `step`. torch's `eval` (TorchTitan's validator) calls `step`
+with `target=None` next to the lists: forward only, the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def _with_microbatches(step):
         losses = kwargs.pop("losses", None)
         return_outputs = kwargs.pop("return_outputs", True)
         loss_kwargs = kwargs.pop("loss_kwargs", None)
+        if kwargs.get("target", 0) is None:  # torch's eval() (the validator's) passes target=None on
+            kwargs.pop("target")
         if kwargs:
             raise TypeError(f"pipeline step: unexpected keyword arguments {sorted(kwargs)}")
         needs_autograd = getattr(self, "_backward_requires_autograd", True)

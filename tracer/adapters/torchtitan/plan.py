@@ -11,6 +11,7 @@ from tracer.adapters.torchtitan.job import (
     TorchTitanError,
     TorchTitanJob,
     check,
+    spmd_types_fsdp_gap,
 )
 from tracer.record.program import Program
 
@@ -41,8 +42,15 @@ def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None) -> Pla
     mode = mode or COMM_MODES[comm]
     if mode == "fake" and comm == "local_tensor":
         raise TorchTitanError("comm.mode local_tensor runs every rank in one process: use --mode local")
+    for key in ("parallelism.enable_fsdp_symm_mem", "parallelism.enable-fsdp-symm-mem"):
+        if job.option(key) is not None or f"--{key}" in job.overrides:
+            raise TorchTitanError(
+                "parallelism.enable_fsdp_symm_mem: FSDP over CUDA symmetric memory (NVSHMEM buffers) "
+                "has no CPU version to simulate; record without it (the same all-gathers and reduce-scatters)"
+            )
     cfg = check(job)
     _check_degrees(cfg, world_size)
+    _check_backend(cfg, world_size)
     snapshot = {
         "torchtitan": {
             "module": job.module,
@@ -50,6 +58,7 @@ def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None) -> Pla
             "version": version.installed(),
             "overrides": job.overrides,
             "comm_mode": comm,
+            "spmd_backend": cfg.parallelism.spmd_backend,
         }
     }
     return Plan(
@@ -81,3 +90,16 @@ def _check_degrees(cfg, world_size: int) -> None:
             raise TorchTitanError(f"parallelism degrees {fixed} do not divide the world size {world_size}")
     elif fixed != world_size:
         raise TorchTitanError(f"parallelism degrees multiply to {fixed}, but the world size is {world_size}")
+
+
+def _check_backend(cfg, world_size: int) -> None:
+    """spmd_types asked for (the adapter falls back to partial_dtensor only on its own) on a
+    torch whose FSDP cannot take it: one line here, not a failed rank per process."""
+    p = cfg.parallelism
+    dense = world_size // max(1, p.pipeline_parallel_degree)  # TorchTitan's FSDP storage mesh
+    gap = spmd_types_fsdp_gap() if p.spmd_backend == "spmd_types" and dense > 1 else None
+    if gap:
+        raise TorchTitanError(
+            f"spmd_backend spmd_types: {gap}; drop --parallelism.spmd_backend to record with "
+            "partial_dtensor (the same collectives through DTensor), or use a newer torch"
+        )

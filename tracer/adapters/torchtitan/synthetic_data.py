@@ -49,6 +49,12 @@ class SyntheticTokens(BaseDataLoader):
         """Token ids are drawn from [0, vocab_size)."""
         seed: int = 0
         """Base seed; each data-parallel rank draws from seed + its dp rank."""
+        infinite: bool = True
+        """Whether the stream never ends (TorchTitan's text dataloaders' field: its validator
+        asks for a finite one when `validator.steps = -1`, "consume the whole set")."""
+        finite_batches: int = 2
+        """How many batches a finite stream yields: a validation set of synthetic tokens has
+        no natural length, and each validation step communicates the same."""
 
     def __init__(
         self,
@@ -68,10 +74,13 @@ class SyntheticTokens(BaseDataLoader):
         # the draw is then LocalTensorMode's own, per rank; a generator needs a plain int
         self.generator = torch.Generator().manual_seed(config.seed + (dp_rank if isinstance(dp_rank, int) else 0))
         self.batches = 0
+        self.limit = None if config.infinite else config.finite_batches
 
     def __iter__(self):
         positions = torch.arange(self.seq_len).expand(self.batch, self.seq_len)
-        while True:
+        drawn = 0
+        while self.limit is None or drawn < self.limit:
+            drawn += 1
             tokens = torch.randint(
                 0,
                 self.vocab_size,

@@ -1,0 +1,78 @@
+"""TorchTitan's `--compile.enable` recorded (#28 item 1), against its eager twin: the same job without
+compile. Debug model, 2 ranks (rank 0 recorded), 2 steps, seq 64. Before, every compiled run
+stopped at the first forward (`Unsupported: Tensor with grad_fn()` in commtrace's own hook).
+Each compiled rank spends minutes in inductor on a CPU: these are the slow end of the suite."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+pytestmark = [
+    pytest.mark.torchtitan,
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None, reason="TorchTitan is not installed"),
+]
+BIN = os.path.dirname(sys.executable)
+SMALL = ["--training.steps", "2", "--training.seq_len", "64", "--training.local_batch_size", "2"]
+
+
+def _record(tmp, name: str, *overrides: str) -> str:
+    out = str(tmp / f"{name}.trace")
+    p = subprocess.run(
+        [os.path.join(BIN, "tracer"), "record", "--torchtitan", "llama3:llama3_debugmodel", "-n", "2", "--ranks", "0",
+         "-o", out, "--", *overrides, *SMALL],
+        capture_output=True, text=True, timeout=3000,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return out
+
+
+def _table(path: str) -> pl.DataFrame:
+    """Calls and bytes per op x phase (the collectives only), as `analyzer diff` tabulates them."""
+    from analyzer.loader import load
+
+    ev = load(path).events
+    return (
+        ev.filter(pl.col("op").cast(pl.Utf8).str.contains("all_gather|reduce_scatter|all_reduce|broadcast|barrier"))
+        .group_by(["op", "phase"])
+        .agg(pl.len().alias("calls"), pl.col("out_bytes").sum().alias("bytes"))
+        .with_columns(pl.col("op").cast(pl.Utf8), pl.col("phase").cast(pl.Utf8))
+        .sort(["op", "phase"])
+    )
+
+
+def test_1d_compile_records_the_eager_comm_pattern(tmp_path):
+    eager = _record(tmp_path, "eager")
+    compiled = _record(tmp_path, "compiled", "--compile.enable")
+    d = subprocess.run([os.path.join(BIN, "analyzer"), "diff", eager, compiled], capture_output=True, text=True)
+    assert d.returncode == 0, d.stdout
+    from analyzer.loader import load
+
+    ev = load(compiled).events.filter(pl.col("step") == 1)
+    # FSDP's units are named in the compiled run as in eager: one per block, plus the embeddings and head
+    blocks = ev.filter(pl.col("phase").cast(pl.Utf8) == "forward")["module"].cast(pl.Utf8).to_list()
+    assert blocks == ["tok_embeddings", *(f"layers.{i}" for i in range(6)), "norm, lm_head"]
+
+
+def test_2d_compile_issues_the_same_collectives_in_another_order(tmp_path):
+    """TP 2: per op x phase the same calls and bytes; inductor orders one TP reduce-scatter
+    before an all-gather in each block's backward (docs/torchtitan.md, Under torch.compile)."""
+    tp = ["--parallelism.tensor_parallel_degree", "2"]
+    eager = _record(tmp_path, "eager2d", *tp)
+    compiled = _record(tmp_path, "compiled2d", "--compile.enable", *tp)
+    assert _table(eager).equals(_table(compiled))
+    from analyzer.loader import load
+
+    ev = load(compiled).events
+    fwd = ev.filter((pl.col("phase").cast(pl.Utf8) == "forward") & (pl.col("step") == 1))
+    tp_fwd = fwd.filter(pl.col("op").cast(pl.Utf8).str.contains("reduce_scatter|all_gather"))
+    # collectives inside the compiled blocks are the blocks' own, with a TorchTitan frame
+    in_blocks = tp_fwd.filter(pl.col("module").cast(pl.Utf8).str.starts_with("layers."))
+    assert set(in_blocks["module"].cast(pl.Utf8)) == {f"layers.{i}" for i in range(6)}
+    assert all("torchinductor" not in f for f in in_blocks["frame"].cast(pl.Utf8))
