@@ -1,7 +1,8 @@
 """TorchTitan's `--compile.enable` recorded (#28 item 1), against its eager twin: the same job without
 compile. Debug model, 2 ranks (rank 0 recorded), 2 steps, seq 64. Before, every compiled run
 stopped at the first forward (`Unsupported: Tensor with grad_fn()` in commtrace's own hook).
-Each compiled rank spends minutes in inductor on a CPU: these are the slow end of the suite."""
+Each compiled rank spends minutes in inductor on a CPU (5-10 on a cold cache): these are the slow
+end of the suite. COMMTRACE_COMPILE_BACKEND picks another backend (TorchTitan's --compile.backend)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ pytestmark = [
 ]
 BIN = os.path.dirname(sys.executable)
 SMALL = ["--training.steps", "2", "--training.seq_len", "64", "--training.local_batch_size", "2"]
+COMPILE = ["--compile.enable", "--compile.backend", os.environ.get("COMMTRACE_COMPILE_BACKEND", "inductor")]
 
 
 def _record(tmp, name: str, *overrides: str) -> str:
@@ -49,7 +51,7 @@ def _table(path: str) -> pl.DataFrame:
 
 def test_1d_compile_records_the_eager_comm_pattern(tmp_path):
     eager = _record(tmp_path, "eager")
-    compiled = _record(tmp_path, "compiled", "--compile.enable")
+    compiled = _record(tmp_path, "compiled", *COMPILE)
     d = subprocess.run([os.path.join(BIN, "analyzer"), "diff", eager, compiled], capture_output=True, text=True)
     assert d.returncode == 0, d.stdout
     from analyzer.loader import load
@@ -65,7 +67,7 @@ def test_2d_compile_issues_the_same_collectives_in_another_order(tmp_path):
     before an all-gather in each block's backward (docs/torchtitan.md, Under torch.compile)."""
     tp = ["--parallelism.tensor_parallel_degree", "2"]
     eager = _record(tmp_path, "eager2d", *tp)
-    compiled = _record(tmp_path, "compiled2d", "--compile.enable", *tp)
+    compiled = _record(tmp_path, "compiled2d", *COMPILE, *tp)
     assert _table(eager).equals(_table(compiled))
     from analyzer.loader import load
 
