@@ -4,7 +4,8 @@ torchtitan_fsdp_twin.toml (one rank, both dp ranks' synthetic batches at once, t
 Equal within tolerance. Before the adapter initialised local mode's weights as one device does
 (one_device_init.py), the first numerics_divergence was the token embedding's output at step 0,
 forward (relative error 0.068): on a CPU mesh every FSDP shard drew its init from the same seed.
-A twin of one dp batch (half the global batch) is caught at that same first value."""
+A twin of one dp batch (half the global batch) is caught at that same first value:
+tok_embeddings, step 0, forward."""
 
 from __future__ import annotations
 
@@ -49,4 +50,4 @@ def test_torchtitan_fsdp_matches_its_one_rank_twin(tmp_path):
     findings = json.loads(proc.stdout)["findings"]
     assert proc.returncode == 1, proc.stdout
     assert [(f["kind"], f["step"], f["phase"]) for f in findings] == [("numerics_divergence", 0, "forward")]
-    assert "Embedding" in findings[0]["module"], findings[0]
+    assert findings[0]["module"] == "tok_embeddings", findings[0]
