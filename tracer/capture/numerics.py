@@ -156,7 +156,9 @@ class Numerics:
 
     # ---- digests ------------------------------------------------------------------------
     def _name(self, mod) -> str:
-        return self.attr._names.get(id(mod)) or type(mod).__name__
+        # keyed by the live module since #27 (attribution._ModuleMap), not by id(): by id every
+        # module fell back to its class name and the blocks of a model shared one name
+        return self.attr._names.get(mod) or type(mod).__name__
 
     def _param_names(self) -> dict[int, str]:
         names: dict[int, str] = {}

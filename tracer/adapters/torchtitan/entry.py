@@ -24,14 +24,16 @@ def main() -> None:
     os.environ["NGPU"] = os.environ.get("WORLD_SIZE", "1")
     from torchtitan.config import ConfigManager
 
-    from tracer.adapters.torchtitan import cpu_kernels, synthetic_data
+    from tracer.adapters.torchtitan import cpu_kernels, one_device_init, synthetic_data
 
-    config = ConfigManager().parse_args(sys.argv[1:])
+    args, twin_of_dp = _twin_of_dp(sys.argv[1:])
+    config = ConfigManager().parse_args(args)
     cpu_kernels.install_custom_ops()  # the ops of the modules `--override.imports` just loaded
-    synthetic_data.install(config)
+    synthetic_data.install(config, twin_of_dp)
     try:
         trainer = config.build()
         cpu_kernels.install_custom_ops()  # the ops of the modules `--override.imports` loaded in build
+        one_device_init.apply(trainer, config)
         try:
             trainer.train()
         finally:
@@ -39,6 +41,17 @@ def main() -> None:
     except BaseException:  # the rank's log keeps where in TorchTitan it failed; the trace, one line
         traceback.print_exc()
         raise
+
+
+TWIN_FLAG = "--commtrace.twin_of_dp"
+"""The adapter's own argument, last (plan.py adds it; TorchTitan's parser never sees it): the
+numerics twin's dp degree ([tracer] twin_of_dp)."""
+
+
+def _twin_of_dp(argv: list[str]) -> tuple[list[str], int]:
+    if len(argv) >= 2 and argv[-2] == TWIN_FLAG:
+        return argv[:-2], int(argv[-1])
+    return argv, 0
 
 
 if __name__ == "__main__":  # `python -m tracer.adapters.torchtitan.entry ARGS`: the same, unrecorded

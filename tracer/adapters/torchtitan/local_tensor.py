@@ -17,11 +17,15 @@ distributed set-up meet that:
   group is initialized as TorchTitan does, no second mode is entered, and TorchTitan's
   local-tensor mode on or off records the same run;
 - loss parallel (`_LossParallelCrossEntropy.forward`) reads its TP rank to find its vocab shard's
-  first id. With a vocabulary that divides evenly by the TP degree every rank takes the same
-  branches and shapes (equal shards) and issues the same three TP all-reduces; only the shard's
-  first id differs, a value inside the loss. There the read runs as the framework's own (each
-  simulated rank masks labels with rank 0's bounds: loss values are not exact in local mode,
-  what is communicated is). An uneven split is left to the honest-local-mode refusal;
+  first id, and its `min(vocab, start + chunk)` compares that per-rank value in Python (ranks
+  disagree: a refusal). With a vocabulary that divides evenly by the TP degree every rank takes
+  the same branches and shapes (equal shards) and issues the same three TP all-reduces; only the
+  shard's bounds differ. There the read runs as the framework's own (every rank computes rank 0's
+  bounds [0, chunk)) and each rank's labels are moved into them first, per rank: a label in the
+  rank's own shard [r chunk, (r+1) chunk) becomes label - r chunk, any other valid label `chunk`
+  (out of range for every rank: its log-probability comes from its owner), IGNORE_INDEX stays.
+  Forward and the fused backward then compute each rank's exact values. An uneven split is left
+  to the honest-local-mode refusal;
 - `Trainer.train` ends with `if dist.get_rank() == 0:` a log line and a 2 s sleep (no
   communication): its own reads are the framework's (`rank_reads.framework_code`).
 Outside local mode (no LocalTensorMode open) both functions behave as TorchTitan's own.
@@ -69,7 +73,12 @@ def install() -> None:
 
 
 def _even_loss_parallel(dist, local_tensor_mode, framework_reads) -> None:
+    import torch
+    from torch.distributed._local_tensor import LocalTensor, maybe_disable_local_tensor_mode
     from torchtitan.components import loss as tt_loss
+    from torchtitan.components.loss import IGNORE_INDEX
+
+    from tracer.capture.rank_reads import _group_ranks
 
     fn = getattr(tt_loss, "_LossParallelCrossEntropy", None)
     if fn is None:
@@ -79,9 +88,17 @@ def _even_loss_parallel(dist, local_tensor_mode, framework_reads) -> None:
     @functools.wraps(real)
     def forward(ctx, logits, labels, tp_group, global_vocab_size, *args, **kwargs):
         even = global_vocab_size % dist.get_world_size(tp_group) == 0
-        if local_tensor_mode() is None or not even:
+        active = local_tensor_mode()
+        if active is None or not even:
             return real(ctx, logits, labels, tp_group, global_vocab_size, *args, **kwargs)
-        with framework_reads():
-            return real(ctx, logits, labels, tp_group, global_vocab_size, *args, **kwargs)
+        chunk = global_vocab_size // dist.get_world_size(tp_group)
+        # each simulated rank's first vocab id (this file's own rank reads answer rank 0's)
+        in_group = _group_ranks(tp_group, max(active.ranks) + 1)
+        with maybe_disable_local_tensor_mode():
+            start = LocalTensor({r: torch.tensor(chunk * in_group[r]) for r in sorted(active.ranks)})
+        own = (labels >= start) & (labels < start + chunk)
+        moved = torch.where(own, labels - start, torch.where(labels == IGNORE_INDEX, labels, chunk))
+        with framework_reads():  # rank 0's bounds, [0, chunk): each rank's labels are in them now
+            return real(ctx, logits, moved, tp_group, global_vocab_size, *args, **kwargs)
 
     fn.forward = staticmethod(forward)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracer.adapters.torchtitan import version
+from tracer.adapters.torchtitan.entry import TWIN_FLAG
 from tracer.adapters.torchtitan.job import (
     ENTRYPOINT,
     TorchTitanError,
@@ -29,9 +30,11 @@ class Plan:
     """Snapshot for the trace header: module, config, version, arguments."""
 
 
-def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None) -> Plan:
+def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None, twin_of_dp: int = 0) -> Plan:
     """Check the job (TorchTitanError, one line, on bad input) and choose the mode: `mode` as
-    asked, else local when TorchTitan's own comm.mode is local_tensor, else fake."""
+    asked, else local when TorchTitan's own comm.mode is local_tensor, else fake. `twin_of_dp`:
+    a numerics twin's dp degree ([tracer] twin_of_dp: the synthetic tokens of that many dp ranks at
+    once, synthetic_data.py), passed to the entrypoint as its own last argument."""
     if world_size is None:
         raise TorchTitanError("give the number of simulated ranks: -n N (or [tracer] world_size)")
     if world_size < 1:
@@ -62,7 +65,7 @@ def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None) -> Pla
         }
     }
     return Plan(
-        program=Program(entrypoint=ENTRYPOINT, args=job.args),
+        program=Program(entrypoint=ENTRYPOINT, args=job.args + ([TWIN_FLAG, str(twin_of_dp)] if twin_of_dp else [])),
         mode=mode,
         config=snapshot,
     )

@@ -25,7 +25,7 @@ from tracer.record.compute import resolve as resolve_compute
 from tracer.record.options import RecordOptions, pick
 from tracer.record.request import RecordRequest
 
-TRACER_KEYS = {"world_size", "ranks", "output", "compute", "steps", "numerics"}
+TRACER_KEYS = {"world_size", "ranks", "output", "compute", "steps", "numerics", "twin_of_dp"}
 """What [tracer] takes next to [job] torchtitan."""
 
 # [parallelism] / [training] keys of a TorchTitan v0.2 TOML passed on to TorchTitan's trainer
@@ -76,6 +76,7 @@ def from_toml(asked: RecordOptions, note: Callable[[str], None]) -> RecordReques
         out=pick(asked.out, section.get("output"), default=os.path.splitext(os.path.basename(path))[0] + ".trace"),
         compute=section.get("compute"),
         numerics=section.get("numerics"),
+        twin_of_dp=section.get("twin_of_dp", 0),
     )
 
 
@@ -88,12 +89,18 @@ def _request(
     out: str | None,
     compute: str | None = None,
     numerics: bool | None = None,
+    twin_of_dp: int = 0,
 ) -> RecordRequest:
-    """`compute`, `numerics`: the TOML's (the command line's wins)."""
+    """`compute`, `numerics`: the TOML's (the command line's wins); `twin_of_dp`: [tracer]'s (a
+    numerics twin of that many dp ranks, one rank: docs/numerics.md)."""
     if asked.mode is not None and asked.mode not in ALIASES:
         raise ValueError(f"--mode must be fake or local (or fake_backend / local_tensor), got {asked.mode!r}")
-    p = plan(job, world_size=world_size, mode=ALIASES[asked.mode] if asked.mode else None)
+    if not isinstance(twin_of_dp, int) or isinstance(twin_of_dp, bool) or twin_of_dp < 0:
+        raise TorchTitanError(f"[tracer] twin_of_dp must be an integer, at least 0 (0: not a twin), got {twin_of_dp!r}")
+    p = plan(job, world_size=world_size, mode=ALIASES[asked.mode] if asked.mode else None, twin_of_dp=twin_of_dp)
     assert world_size is not None  # plan refuses a missing world size
+    if twin_of_dp and world_size != 1:
+        raise TorchTitanError(f"[tracer] twin_of_dp: a numerics twin runs on one rank, got world size {world_size}")
     rank_list = parse_ranks(ranks, world_size)
     used, why = resolve_compute(pick(asked.compute, compute, default="auto"), p.mode)
     return RecordRequest(
