@@ -64,7 +64,7 @@ class _Probe(torch.nn.Module):
         return _probe(x)
 
 
-@pytest.mark.filterwarnings("ignore:Using `torch.compile\(module\)`")
+@pytest.mark.filterwarnings(r"ignore:Using `torch.compile\(module\)`")
 def test_aot_eager_graphs_are_not_modules_of_the_program():
     """aot_eager runs its forward and backward graphs as fx.GraphModules (the backward wrapped in an
     OptimizedModule by torch._dynamo.disable), where the global hooks see them: their ops were filed
