@@ -99,7 +99,7 @@ class Attribution:
         if name is None:
             parent = self._stack[-1] if self._stack else None
             if parent is None:
-                name = type(getattr(mod, "_orig_mod", mod) if isinstance(mod, _OptimizedModule) else mod).__name__
+                name = type(getattr(mod, "_orig_mod", mod) if isinstance(mod, _optimized_module()) else mod).__name__
             else:
                 # descendants, not only children: a block in a ModuleDict / ModuleList is
                 # called by the model itself, so its container never enters the stack
@@ -121,9 +121,10 @@ class Attribution:
     def _fw_pre(self, mod, args) -> None:
         if torch.compiler.is_compiling():  # traced by dynamo: invisible there (compiled.py enters compiled modules)
             return
-        if isinstance(mod, _COMPILER_MODULES) and _called_by_compiler(sys._getframe(1)):
+        wrapper = _optimized_module()
+        if isinstance(mod, (torch.fx.GraphModule, wrapper)) and _called_by_compiler(sys._getframe(1)):
             return  # a compiled graph run by torch.compile's runtime: not one of the program's modules
-        if self._mods and isinstance(self._mods[-1], _OptimizedModule) and self._mods[-1]._orig_mod is mod:
+        if self._mods and isinstance(self._mods[-1], wrapper) and getattr(self._mods[-1], "_orig_mod", None) is mod:
             return  # torch.compile(module)'s wrapper entered already, under the module's own name
         self._stack.append(self._name(mod, self._mods[-1] if self._mods else None))
         self._mods.append(mod)
@@ -266,16 +267,31 @@ class Attribution:
 # time, where the global hooks see them. They are not the program's modules (inductor's compiled
 # code is no module at all): skipped, the compiled module (compiled.py) or the program's own
 # OptimizedModule keeps the ops they issue, in forward and in backward (its output's marker).
-_OptimizedModule = torch._dynamo.eval_frame.OptimizedModule
-_COMPILER_MODULES = (torch.fx.GraphModule, _OptimizedModule)
-_WRAPPER_CALL = _OptimizedModule.__call__.__code__
+# torch._dynamo is not imported here: importing it registers ops (`_dtensor::...`) and costs seconds
+_WRAPPER: list[type] = []  # torch._dynamo's OptimizedModule, once a program has imported it
+
+
+class _NotImported:
+    """Stands for OptimizedModule before torch._dynamo is imported: no module is one."""
+
+
+def _optimized_module() -> type:
+    if not _WRAPPER:
+        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+        if eval_frame is None:
+            return _NotImported
+        _WRAPPER.append(eval_frame.OptimizedModule)
+    return _WRAPPER[0]
+
+
 _COMPILER_DIRS = tuple(_TORCH_DIRS[0] + name + os.sep for name in ("_dynamo", "_functorch", "_inductor"))
 _CALL_DIRS = tuple(_TORCH_DIRS[0] + name + os.sep for name in (os.path.join("nn", "modules"), "fx"))
 
 
 def _called_by_compiler(f: FrameType | None) -> bool:
     """The first frame below the module call machinery (nn.Module, fx.GraphModule) is torch.compile's."""
-    while f is not None and (f.f_code.co_filename.startswith(_CALL_DIRS) or f.f_code is _WRAPPER_CALL):
+    wrapper_call = _optimized_module().__call__.__code__ if _WRAPPER else None
+    while f is not None and (f.f_code.co_filename.startswith(_CALL_DIRS) or f.f_code is wrapper_call):
         f = f.f_back
     return f is not None and f.f_code.co_filename.startswith(_COMPILER_DIRS)
 
