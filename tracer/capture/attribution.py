@@ -99,7 +99,7 @@ class Attribution:
         if name is None:
             parent = self._stack[-1] if self._stack else None
             if parent is None:
-                name = type(mod).__name__
+                name = type(getattr(mod, "_orig_mod", mod) if isinstance(mod, _optimized_module()) else mod).__name__
             else:
                 # descendants, not only children: a block in a ModuleDict / ModuleList is
                 # called by the model itself, so its container never enters the stack
@@ -108,6 +108,7 @@ class Attribution:
                 if child is None:
                     below = _ModuleMap()
                     for n, m in top.named_modules(remove_duplicate=False):
+                        n = _unwrapped(n)
                         if n:  # a module under two names: the last (as before, and as ModTracker)
                             below.set(m, n)
                     self._children.set(top, below)
@@ -120,6 +121,11 @@ class Attribution:
     def _fw_pre(self, mod, args) -> None:
         if torch.compiler.is_compiling():  # traced by dynamo: invisible there (compiled.py enters compiled modules)
             return
+        wrapper = _optimized_module()
+        if isinstance(mod, (torch.fx.GraphModule, wrapper)) and _called_by_compiler(sys._getframe(1)):
+            return  # a compiled graph run by torch.compile's runtime: not one of the program's modules
+        if self._mods and isinstance(self._mods[-1], wrapper) and getattr(self._mods[-1], "_orig_mod", None) is mod:
+            return  # torch.compile(module)'s wrapper entered already, under the module's own name
         self._stack.append(self._name(mod, self._mods[-1] if self._mods else None))
         self._mods.append(mod)
         self._by_leave.append(self._leave_last(mod))
@@ -254,6 +260,45 @@ class Attribution:
         return (
             rel.replace("{", "{{").replace("}", "}}") + ":{} in " + code.co_name.replace("{", "{{").replace("}", "}}")
         )
+
+
+# torch.compile's runtime calls the graphs it compiled as modules: aot_eager's forward and
+# backward fx.GraphModule (the backward wrapped in torch._dynamo.disable, an OptimizedModule), at run
+# time, where the global hooks see them. They are not the program's modules (inductor's compiled
+# code is no module at all): skipped, the compiled module (compiled.py) or the program's own
+# OptimizedModule keeps the ops they issue, in forward and in backward (its output's marker).
+# torch._dynamo is not imported here: importing it registers ops (`_dtensor::...`) and costs seconds
+_WRAPPER: list[type] = []  # torch._dynamo's OptimizedModule, once a program has imported it
+
+
+class _NotImported:
+    """Stands for OptimizedModule before torch._dynamo is imported: no module is one."""
+
+
+def _optimized_module() -> type:
+    if not _WRAPPER:
+        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+        if eval_frame is None:
+            return _NotImported
+        _WRAPPER.append(eval_frame.OptimizedModule)
+    return _WRAPPER[0]
+
+
+_COMPILER_DIRS = tuple(_TORCH_DIRS[0] + name + os.sep for name in ("_dynamo", "_functorch", "_inductor"))
+_CALL_DIRS = tuple(_TORCH_DIRS[0] + name + os.sep for name in (os.path.join("nn", "modules"), "fx"))
+
+
+def _called_by_compiler(f: FrameType | None) -> bool:
+    """The first frame below the module call machinery (nn.Module, fx.GraphModule) is torch.compile's."""
+    wrapper_call = _optimized_module().__call__.__code__ if _WRAPPER else None
+    while f is not None and (f.f_code.co_filename.startswith(_CALL_DIRS) or f.f_code is wrapper_call):
+        f = f.f_back
+    return f is not None and f.f_code.co_filename.startswith(_COMPILER_DIRS)
+
+
+def _unwrapped(name: str) -> str:
+    """A descendant's name without torch.compile(module)'s `_orig_mod` hops (the wrapper has the name)."""
+    return name if "_orig_mod" not in name else ".".join(p for p in name.split(".") if p != "_orig_mod")
 
 
 _MARKED = "commtrace.module"  # key in a grad_fn's metadata: the module whose backward it starts
