@@ -51,3 +51,18 @@ def test_torchtitan_fsdp_matches_its_one_rank_twin(tmp_path):
     assert proc.returncode == 1, proc.stdout
     assert [(f["kind"], f["step"], f["phase"]) for f in findings] == [("numerics_divergence", 0, "forward")]
     assert findings[0]["module"] == "tok_embeddings", findings[0]
+
+
+def test_torchtitan_fsdp_tp_matches_its_one_rank_twin(tmp_path):
+    """FSDP 2 x TP 2 with loss parallel (examples/numerics/torchtitan_fsdp_tp.toml) against the
+    twin of its 2 dp batches. Before local_plain.py the first numerics_divergence was the loss
+    at step 0, exactly half the twin's: TorchTitan's token count, `torch.tensor(0)` then `+=`
+    per rank, summed all 4 ranks' tokens in one shared tensor (64 instead of 32)."""
+    par, twin = (str(tmp_path / f"{n}.trace") for n in ("par", "twin"))
+    for toml, out in (("torchtitan_fsdp_tp.toml", par), ("torchtitan_fsdp_twin.toml", twin)):
+        proc = run_tracer("tracer", "record", os.path.join(EXAMPLES, toml), "-o", out, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_tracer("analyzer", "numerics", par, "--ref", twin, "--json")
+    out = json.loads(proc.stdout)
+    assert (proc.returncode, out["findings"]) == (0, []), proc.stdout
+    assert any("combine as their sum at step(s) 0-1" in n for n in out["trace"]["notes"])

@@ -104,10 +104,11 @@ def run_job(job: Job) -> int:
         if job.mode == "local":
             from torch.distributed._local_tensor import LocalTensorMode
 
-            from tracer.capture import fsdp_local, local_ops, local_rng, rank_reads
+            from tracer.capture import fsdp_local, local_ops, local_plain, local_rng, rank_reads
 
             local_ops.install(p, rec)
             local_rng.install(p)
+            local_plain.install(p)
             fsdp_local.install(p)
             rank_reads.install(p, rec)
             rec.attribution.install()
