@@ -42,44 +42,45 @@ REPLICA_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
 }
 
 
+_PER_RANK = pl.Struct(
+    {
+        "rank": pl.List(pl.Int64),
+        "groups": pl.List(pl.List(pl.Int64)),
+        "sum": pl.List(pl.Float64),
+        "sumsq": pl.List(pl.Float64),
+        "amax": pl.List(pl.Float64),
+    }
+)
+"""A digest's `ranks` column: every rank's own digest, and the groups of ranks that must agree."""
+
+
 def frames(records: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(digests, replicas) of the numerics records, in file order (records of the same step,
     e.g. one per recording process, are concatenated in that order)."""
-    cols: dict[str, list] = {name: [] for name in DIGEST_SCHEMA if name not in ("occ", "order")}
-    rep: dict[str, list] = {name: [] for name in REPLICA_SCHEMA}
-    seqs: dict[int, int] = {}
-    for rec in records:
-        step, c = rec["step"], rec["c"]
-        n = len(c["name"])
-        start = seqs.get(step, 0)
-        seqs[step] = start + n
-        cols["step"] += [step] * n
-        cols["seq"] += range(start, start + n)
-        for name in ("phase", "what", "name", "dtype", "shape", "numel", "sum", "sumsq", "amax", "layout"):
-            cols[name] += c[name]
-        for i, per in enumerate(c["ranks"]):
-            if per is None:
-                continue
-            at = {r: k for k, r in enumerate(per["rank"])}
-            for g, members in enumerate(per["groups"]):
-                for r in members:
-                    k = at.get(r)
-                    if k is None:
-                        continue
-                    rep["step"].append(step)
-                    rep["seq"].append(start + i)
-                    rep["group"].append(g)
-                    rep["members"].append(members)
-                    rep["rank"].append(r)
-                    rep["sum"].append(per["sum"][k])
-                    rep["sumsq"].append(per["sumsq"][k])
-                    rep["amax"].append(per["amax"][k])
-    schema = {k: v for k, v in DIGEST_SCHEMA.items() if k in cols}
-    digests = pl.DataFrame(cols, schema=schema)
-    digests = digests.with_columns(
+    schema = {k: v for k, v in DIGEST_SCHEMA.items() if k not in ("seq", "occ", "order")} | {"ranks": _PER_RANK}
+    parts = [
+        pl.DataFrame({**rec["c"], "step": [rec["step"]] * len(rec["c"]["name"])}, schema_overrides=schema, strict=False)
+        for rec in records
+    ]
+    raw = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame(schema=schema)
+    raw = raw.select(list(schema)).cast(schema)  # type: ignore[arg-type]
+    raw = raw.with_columns(seq=pl.int_range(pl.len()).over("step").cast(pl.Int64))
+    digests = raw.drop("ranks").with_columns(
         occ=pl.int_range(pl.len()).over("step", "what", "name").cast(pl.Int64),
         _p=pl.col("phase").replace_strict(PHASE_ORDER, default=3, return_dtype=pl.Int64),
     )
-    digests = digests.sort("step", "_p", "seq").with_columns(order=pl.int_range(pl.len()).cast(pl.Int64)).drop("_p")
-    replicas = pl.DataFrame(rep, schema=REPLICA_SCHEMA)
-    return digests, replicas
+    digests = digests.sort("step", "_p", "seq").with_columns(order=pl.int_range(pl.len()).cast(pl.Int64))
+    digests = digests.select(list(DIGEST_SCHEMA))
+    per = raw.select("step", "seq", "ranks").drop_nulls("ranks").unnest("ranks")
+    values = per.select("step", "seq", "rank", "sum", "sumsq", "amax").explode("rank", "sum", "sumsq", "amax")
+    members = (
+        per.select("step", "seq", "groups")
+        .with_columns(group=pl.int_ranges(pl.col("groups").list.len()))
+        .explode("groups", "group")
+        .drop_nulls("groups")
+        .rename({"groups": "members"})
+        .with_columns(rank=pl.col("members"))
+        .explode("rank")
+    )
+    replicas = members.join(values, on=["step", "seq", "rank"], how="inner", maintain_order="left")
+    return digests, replicas.select(list(REPLICA_SCHEMA)).cast(REPLICA_SCHEMA)  # type: ignore[arg-type]

@@ -26,8 +26,8 @@ from torch.utils import _pytree as pytree
 
 from tracer.capture import rank_branch
 from tracer.capture.patches import Patcher
-from tracer.capture.recorder import RecordError
 from tracer.capture.rank_values import user_site
+from tracer.capture.recorder import RecordError
 
 
 def _plain(t: object) -> bool:
