@@ -3,7 +3,7 @@ header snapshot. Kept apart from the CLI so tests and bench/ plan jobs the same 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from tracer.adapters.torchtitan import version
 from tracer.adapters.torchtitan.entry import TWIN_FLAG
@@ -54,6 +54,7 @@ def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None, twin_o
     cfg = check(job)
     _check_degrees(cfg, world_size)
     _check_backend(cfg, world_size)
+    _check_modules(cfg)
     snapshot = {
         "torchtitan": {
             "module": job.module,
@@ -106,3 +107,44 @@ def _check_backend(cfg, world_size: int) -> None:
             f"spmd_backend spmd_types: {gap}; drop --parallelism.spmd_backend to record with "
             "partial_dtensor (the same collectives through DTensor), or use a newer torch"
         )
+
+
+CUDA_ONLY_MODULES = {
+    "MinimalAsyncEPTokenDispatcher": "moe_comm_backend minimal_async_ep: its all-to-allv runs over CUDA "
+    "symmetric memory, which has no CPU version to simulate; record with the default EP all-to-all",
+}
+"""Model components (by their config's class) whose communication has no CPU version."""
+
+
+def _check_modules(cfg) -> None:
+    """Model components the installed torch or a CPU cannot run, found in the model's config
+    tree (TorchTitan builds them only on the ranks): one line here, not a failed rank."""
+    names = {f"{t.__module__}.{t.__qualname__}" for t in _config_types(cfg.model_spec, set())}
+    for name in sorted(names):
+        for part, why in CUDA_ONLY_MODULES.items():
+            if f".{part}." in f".{name}":
+                raise TorchTitanError(why)
+    gap = spmd_types_fsdp_gap()
+    if gap and any(n.startswith("torchtitan.models.common.dist_gemm.") for n in names):
+        raise TorchTitanError(
+            f"tp_gemm_backend dist_gemm runs only under spmd_backend spmd_types (its fused modules take "
+            f"plain local tensors), and {gap}"
+        )
+
+
+def _config_types(o, seen: set[int], depth: int = 0):
+    """The classes of every object in a config tree (dataclasses, lists, dicts)."""
+    if id(o) in seen or depth > 16 or isinstance(o, (str, bytes, int, float, bool, type(None), type)):
+        return
+    seen.add(id(o))
+    yield type(o)
+    if isinstance(o, (list, tuple, set)):
+        items = list(o)
+    elif isinstance(o, dict):
+        items = list(o.values())
+    elif is_dataclass(o):
+        items = [getattr(o, f.name, None) for f in fields(o)]
+    else:
+        items = list(getattr(o, "__dict__", {}).values())
+    for x in items:
+        yield from _config_types(x, seen, depth + 1)
