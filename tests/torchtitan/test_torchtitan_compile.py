@@ -78,3 +78,25 @@ def test_2d_compile_issues_the_same_collectives_in_another_order(tmp_path):
     in_blocks = tp_fwd.filter(pl.col("module").cast(pl.Utf8).str.starts_with("layers."))
     assert set(in_blocks["module"].cast(pl.Utf8)) == {f"layers.{i}" for i in range(6)}
     assert all("torchinductor" not in f for f in in_blocks["frame"].cast(pl.Utf8))
+
+
+def test_async_tp_records_2d_compile_unfused_and_says_so(tmp_path):
+    """`--compile.enable_async_tensor_parallel` (TP 2): torch's micro-pipeline TP pass fuses only
+    where NCCL and CUDA symmetric memory exist (`micro_pipeline_tp.py`: `is_nccl_available()`),
+    so a CPU recording is 2d compile's pattern, per op x phase the same calls and bytes (measured:
+    50 backward tp all-gathers, 26 forward reduce-scatters, ...), and the recording says so: a
+    note on the command line and in the header."""
+    tp = ["--parallelism.tensor_parallel_degree", "2"]
+    compiled = _record(tmp_path, "compiled2d", *COMPILE, *tp)
+    out = str(tmp_path / "asynctp.trace")
+    p = subprocess.run(
+        [os.path.join(BIN, "tracer"), "record", "--torchtitan", "llama3:llama3_debugmodel", "-n", "2", "--ranks", "0",
+         "-o", out, "--", *COMPILE, *tp, "--compile.enable_async_tensor_parallel", *SMALL],
+        capture_output=True, text=True, timeout=3000,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "async TP recorded unfused" in p.stderr + p.stdout
+    assert _table(compiled).equals(_table(out))
+    from analyzer.loader import load
+
+    assert any("micro-pipeline TP pass" in n for n in load(out).header["config"]["torchtitan"]["notes"])

@@ -32,7 +32,7 @@ def build(asked: RecordOptions, note: Note) -> RecordRequest:
     if asked.torchtitan is not None:
         if asked.config is not None or asked.script is not None or asked.entrypoint is not None:
             raise ValueError("give --torchtitan MODULE:CONFIG alone (not with a CONFIG.toml, --script or --entrypoint)")
-        return torchtitan_request.from_spec(asked)
+        return torchtitan_request.from_spec(asked, note)
     if asked.config is not None:
         if asked.script is not None or asked.entrypoint is not None:
             raise ValueError("give a CONFIG.toml or --script / --entrypoint, not both (use [job] script in the TOML)")

@@ -28,6 +28,8 @@ class Plan:
     """"fake" (a process per rank) or "local" (one process, LocalTensorMode)."""
     config: dict = field(default_factory=dict)
     """Snapshot for the trace header: module, config, version, arguments."""
+    notes: list[str] = field(default_factory=list)
+    """What the recording does differently from a GPU run, one line each (printed as notes)."""
 
 
 def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None, twin_of_dp: int = 0) -> Plan:
@@ -65,10 +67,14 @@ def plan(job: TorchTitanJob, *, world_size: int | None, mode: str | None, twin_o
             "spmd_backend": cfg.parallelism.spmd_backend,
         }
     }
+    notes = _async_tp_notes(cfg)
+    if notes:
+        snapshot["torchtitan"]["notes"] = notes
     return Plan(
         program=Program(entrypoint=ENTRYPOINT, args=job.args + ([TWIN_FLAG, str(twin_of_dp)] if twin_of_dp else [])),
         mode=mode,
         config=snapshot,
+        notes=notes,
     )
 
 
@@ -148,3 +154,21 @@ def _config_types(o, seen: set[int], depth: int = 0):
         items = list(getattr(o, "__dict__", {}).values())
     for x in items:
         yield from _config_types(x, seen, depth + 1)
+
+
+ASYNC_TP_UNFUSED = (
+    "async TP recorded unfused: torch's micro-pipeline TP pass (inductor) fuses only with NCCL and "
+    "CUDA symmetric memory, which a CPU build lacks; on a GPU each TP all-gather feeding a matmul and "
+    "each reduce-scatter fed by one run as symm_mem fused_all_gather_matmul / fused_matmul_reduce_scatter "
+    "(not NCCL collectives); the rest of the pattern is 2d compile's (docs/torchtitan.md)"
+)
+
+
+def _async_tp_notes(cfg) -> list[str]:
+    """--compile.enable_async_tensor_parallel with TP: what the CPU recording cannot show."""
+    import torch.distributed as dist
+
+    c, p = cfg.compile, cfg.parallelism
+    if c.enable and c.enable_async_tensor_parallel and p.tensor_parallel_degree > 1 and not dist.is_nccl_available():
+        return [ASYNC_TP_UNFUSED]
+    return []

@@ -42,10 +42,12 @@ PASSED_ON = {
 }
 
 
-def from_spec(asked: RecordOptions) -> RecordRequest:
+def from_spec(asked: RecordOptions, note: Callable[[str], None]) -> RecordRequest:
     """--torchtitan MODULE:CONFIG, its overrides after `--`."""
     job = job_from_spec(str(asked.torchtitan), list(asked.args))
-    return _request(job, asked, world_size=asked.world_size, ranks=pick(asked.ranks, default="all"), out=asked.out)
+    return _request(
+        job, asked, note, world_size=asked.world_size, ranks=pick(asked.ranks, default="all"), out=asked.out
+    )
 
 
 def from_toml(asked: RecordOptions, note: Callable[[str], None]) -> RecordRequest | None:
@@ -71,6 +73,7 @@ def from_toml(asked: RecordOptions, note: Callable[[str], None]) -> RecordReques
     return _request(
         job,
         asked,
+        note,
         world_size=pick(asked.world_size, default=section.get("world_size")),
         ranks=pick(asked.ranks, default=r if isinstance(r, str) else ",".join(map(str, r))),
         out=pick(asked.out, section.get("output"), default=os.path.splitext(os.path.basename(path))[0] + ".trace"),
@@ -83,6 +86,7 @@ def from_toml(asked: RecordOptions, note: Callable[[str], None]) -> RecordReques
 def _request(
     job: TorchTitanJob,
     asked: RecordOptions,
+    note: Callable[[str], None],
     *,
     world_size: int | None,
     ranks: str,
@@ -102,6 +106,8 @@ def _request(
     if twin_of_dp and world_size != 1:
         raise TorchTitanError(f"[tracer] twin_of_dp: a numerics twin runs on one rank, got world size {world_size}")
     rank_list = parse_ranks(ranks, world_size)
+    for line in p.notes:
+        note(line)
     used, why = resolve_compute(pick(asked.compute, compute, default="auto"), p.mode)
     return RecordRequest(
         program=p.program,
