@@ -47,6 +47,28 @@ def test_silu_and_mul_runs_on_cpu_with_its_gradient():
     assert f.shape == (3, 4) and f.dtype == torch.bfloat16
 
 
+@needs_torchtitan
+@pytest.mark.torchtitan
+def test_helion_rope_overrides_take_torchtitans_cpu_fallback_without_helion():
+    """`--override.imports torchtitan.overrides.helion_rope.*` (deepseek_v3 mtp, qwen3 fused
+    qkv): without helion (which needs triton) the override raised ImportError at build. Now it
+    builds TorchTitan's Helion module, which on CPU tensors computes the stock RoPE."""
+    from tracer.adapters.torchtitan import runtime
+
+    runtime.prepare()
+    from torchtitan.models.common.rope import ComplexRoPE
+
+    cpu_kernels.helion_rope_on_cpu(["--override.imports", cpu_kernels.HELION_ROPE_MODULE + ".helion_complex_rope"])
+    helion_rope = importlib.import_module(cpu_kernels.HELION_ROPE_MODULE)
+    cfg = ComplexRoPE.Config(dim=16, max_seq_len=32)
+    fused, stock = helion_rope.helion_complex_rope(cfg).build(), cfg.build()
+    assert type(fused).__name__ == "HelionComplexRoPE"
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 8, 4, 16, generator=gen), torch.randn(2, 8, 4, 16, generator=gen)
+    for a, b in zip(fused(q, k), stock(q, k), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_fused_adamw_takes_bf16_states_on_cpu():
     """TorchTitan's fused_opt_states_bf16: fp32 params, bf16 exp_avg / exp_avg_sq, fused AdamW."""
     cpu_kernels.install_fused_adam()

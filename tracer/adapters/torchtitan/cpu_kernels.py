@@ -12,11 +12,17 @@ kernel whose CPU version lacks a dtype mix TorchTitan uses.
   `--optimizer.implementation fused_opt_states_bf16` keeps bf16 states next to fp32 params.
   The step then runs on float32 copies of those states, written back in their own dtype.
   An optimizer step is local math: no collective depends on how it is computed.
+- the Helion RoPE overrides (`torchtitan.overrides.helion_rope`): TorchTitan's modules fall back
+  to its PyTorch RoPE for inputs that are not CUDA tensors, but the module refuses to load
+  without the `helion` package, which needs triton (GPU kernels). Without helion the overrides
+  build the same Helion modules, taking that CPU fallback: what TorchTitan itself runs with
+  helion installed on a CPU. RoPE is local math: the kernel issues no collective.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 
 import torch
@@ -57,7 +63,25 @@ def silu_and_mul_backward_cpu(
     return grad_gate.to(gate.dtype).contiguous(), grad_up.to(up.dtype).contiguous()
 
 
+HELION_ROPE_MODULE = "torchtitan.overrides.helion_rope"
+"""Where TorchTitan 0.3 defines the Helion RoPE overrides (imported by `--override.imports`)."""
+
 _registered: set[str] = set()
+
+
+def helion_rope_on_cpu(args: list[str]) -> None:
+    """Without helion, the Helion RoPE overrides take TorchTitan's own CPU fallback (None: the
+    PyTorch RoPE of the parent class) instead of refusing to build. TorchTitan imports the
+    `--override.imports` modules while it builds the trainer: one named in `args` is imported
+    here first."""
+    if any(HELION_ROPE_MODULE in a for a in args):
+        importlib.import_module(HELION_ROPE_MODULE)
+    mod = sys.modules.get(HELION_ROPE_MODULE)
+    if mod is None or getattr(mod, "_HELION_IMPORT_ERROR", None) is None:
+        return
+    mod._HELION_IMPORT_ERROR = None  # type: ignore[attr-defined]
+    for name in ("_apply_helion_cossin_rope", "_apply_helion_complex_rope"):
+        setattr(mod, name, lambda query, key, rope_cache, positions: None)
 
 
 def install_custom_ops() -> None:

@@ -29,6 +29,7 @@ def main() -> None:
     args, twin_of_dp = _twin_of_dp(sys.argv[1:])
     config = ConfigManager().parse_args(args)
     cpu_kernels.install_custom_ops()  # the ops of the modules `--override.imports` just loaded
+    cpu_kernels.helion_rope_on_cpu(args)
     synthetic_data.install(config, twin_of_dp)
     try:
         trainer = config.build()
