@@ -9,7 +9,9 @@ without a collective: a DTensor's placements say how (Shard: the shards' digests
 Replicate: one copy, Partial: the shards are reduced elementwise first). A plain tensor says
 nothing about its layout; the rule (docs/numerics.md): identical on every rank -> one copy; a
 parameter or its gradient -> replicated (DP / TP keep it identical), the lowest rank's value is
-the global one and every rank's digest goes into the record; an activation that differs between
+the global one and every rank's digest goes into the record, unless its ranks already held
+different values before the first forward (each rank's own, e.g. hand-written experts: parts of
+the global one, like an activation); an activation that differs between
 ranks -> each distinct value is a part of the global one (a data- or sequence-sharded batch, a
 tensor-parallel shard returned as local), their digests add up.
 
@@ -54,6 +56,7 @@ class Numerics:
         self.cols: dict[str, list] = {name: [] for name in fmt_numerics.FIELD_NAMES}
         self.hooked: set[int] = set()
         self.roots: dict[int, torch.nn.Module] = {}
+        self.own: set[int] = set()  # plain parameters each rank holds its own of (see _first_seen)
         self.handles: list = []
         self.busy = False
 
@@ -84,8 +87,9 @@ class Numerics:
     def _pre(self, mod, args):
         if self.busy or _in_backward():  # activation checkpointing's recompute: already recorded
             return None
-        if len(self.attr._stack) == 1:
+        if len(self.attr._stack) == 1 and id(mod) not in self.roots:
             self.roots[id(mod)] = mod
+            self._first_seen(mod)
         if id(mod) not in self.hooked:
             # a module hook appended now runs after the hooks parallelize_module / fully_shard
             # registered: it sees the output the caller gets (a TP output_fn's local tensor)
@@ -102,6 +106,23 @@ class Numerics:
             if isinstance(a, torch.Tensor):
                 break
         return None
+
+    def _first_seen(self, root: torch.nn.Module) -> None:
+        """A plain parameter whose ranks already hold different values before the first
+        forward (hand-written expert parallel: each rank its own experts, seeded by rank) is the
+        rank's own, not a replica: its distinct values are parts of the global one, and no
+        replica check applies. A replicated one starts equal (DDP broadcasts it, a shared seed)."""
+        self.busy = True
+        try:
+            with torch.no_grad():
+                for param in root.parameters():
+                    if isinstance(param, DTensor) or not param.is_floating_point():
+                        continue
+                    shards = list(_locals(param, self.world).values())
+                    if any(not torch.equal(shards[0], s) for s in shards[1:]):
+                        self.own.add(id(param))
+        finally:
+            self.busy = False
 
     def _out(self, mod, args, out) -> None:
         if self.busy or _in_backward():
@@ -140,7 +161,8 @@ class Numerics:
                 if param.grad is None:
                     continue
                 dtype = tensor_dtype(param.grad)
-                d = self._add("backward", "grad", names.get(id(param), f"param_groups.{gi}.{pi}"), param.grad)
+                name = names.get(id(param), f"param_groups.{gi}.{pi}")
+                d = self._add("backward", "grad", name, param.grad, part_of=id(param) in self.own)
                 total += d[1]
         norm = math.sqrt(total)
         self._row("backward", "grad_norm", "", dtype, [], 1, (norm, total, norm), "norm", None)
@@ -151,7 +173,8 @@ class Numerics:
         names = self._param_names()
         for gi, group in enumerate(opt.param_groups):
             for pi, param in enumerate(group["params"]):
-                self._add("optimizer", "param", names.get(id(param), f"param_groups.{gi}.{pi}"), param.detach())
+                name = names.get(id(param), f"param_groups.{gi}.{pi}")
+                self._add("optimizer", "param", name, param.detach(), part_of=id(param) in self.own)
         self._flush(self.attr.step - 1)  # Attribution's post hook counted the step already
 
     # ---- digests ------------------------------------------------------------------------
