@@ -171,8 +171,14 @@ def test_405b_preset_records_with_float8_and_async_tp(tmp_path):
     [
         ('[model]\nconverters = ["mx"]', "model.converters: 'mx' is not modelled by the built-in workload"),
         (
-            '[model]\nconverters = ["float8"]\n[quantize.linear.float8]\nrecipe_name = "rowwise"',
-            "quantize.linear.float8.recipe_name = 'rowwise': only the tensorwise recipe is modelled",
+            '[model]\nconverters = ["float8"]\n[quantize.linear.float8]\nrecipe_name = "rowwise"\n'
+            "enable_fsdp_float8_all_gather = true",
+            "enable_fsdp_float8_all_gather cannot be set with recipe_name = 'rowwise' (TorchTitan asserts",
+        ),
+        (
+            '[model]\nconverters = ["float8"]\n[quantize.linear.float8]\nrecipe_name = "rowwize"',
+            "recipe_name must be one of tensorwise, rowwise, rowwise_with_gw_hp (torchao's Float8LinearRecipeName), "
+            "got 'rowwize' (did you mean 'rowwise'?)",
         ),
         (
             "[parallelism]\nenable_async_tensor_parallel = true",

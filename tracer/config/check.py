@@ -117,17 +117,19 @@ def _check_training_keys(cfg: JobConfig) -> None:
 FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
 """TorchTitan v0.2.2's Float8LinearConverter: registered as "quantize.linear.float8", spelled
 "float8" by its own llama3_405b.toml and by parallelize_llama's float8-TP test."""
+FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+"""[quantize.linear.float8] recipe_name: torchao's recipes (tensorwise first; the others scale per row)."""
 
 
 def _check_float8(cfg: JobConfig) -> None:
-    """model.converters and [quantize.linear.float8]: torchao's tensorwise float8 is modelled
-    (tracer/workloads/float8.py), nothing else; async TP needs compile, as TorchTitan says."""
+    """model.converters and [quantize.linear.float8]: torchao's float8 Linear (tensorwise and rowwise
+    recipes) is modelled (tracer/workloads/float8.py), nothing else; async TP needs compile, as TorchTitan says."""
     p, m, f8 = cfg.parallelism, cfg.model, cfg.quantize.linear.float8
     for name in m.converters:
         if name not in FLOAT8_CONVERTERS:
             raise ValueError(
                 f'model.converters: {name!r} is not modelled by the built-in workload (only "float8": '
-                f"torchao's tensorwise Float8Linear); record TorchTitan itself instead"
+                f"torchao's Float8Linear); record TorchTitan itself instead"
             )
     if p.enable_async_tensor_parallel and not (cfg.compile.enable and "model" in cfg.compile.components):
         raise ValueError(
@@ -136,10 +138,15 @@ def _check_float8(cfg: JobConfig) -> None:
         )
     if not m.converters:
         return
-    if f8.recipe_name not in (None, "tensorwise"):
+    if f8.recipe_name is not None and f8.recipe_name not in FLOAT8_RECIPES:
         raise ValueError(
-            f"quantize.linear.float8.recipe_name = {f8.recipe_name!r}: only the tensorwise recipe is modelled "
-            f"(rowwise float8 all-gathers in high precision and scales per row); record TorchTitan itself instead"
+            f"quantize.linear.float8.recipe_name must be one of {', '.join(FLOAT8_RECIPES)} (torchao's "
+            f"Float8LinearRecipeName), got {f8.recipe_name!r}{did_you_mean(f8.recipe_name, FLOAT8_RECIPES)}"
+        )
+    if f8.recipe_name is not None and f8.enable_fsdp_float8_all_gather:  # TorchTitan v0.2.2 asserts; torchao too
+        raise ValueError(
+            f"quantize.linear.float8.enable_fsdp_float8_all_gather cannot be set with recipe_name = {f8.recipe_name!r} "
+            "(TorchTitan asserts: not supported together; torchao's float8 all-gather needs tensorwise scaling)"
         )
     import importlib.util
 
@@ -148,7 +155,8 @@ def _check_float8(cfg: JobConfig) -> None:
             'model.converters = ["float8"] needs torchao (its Float8Linear is what communicates): '
             "pip install -c constraints-cpu.txt 'commtrace[float8]' after torch==2.13.0"
         )
-    if p.tensor_parallel_degree > 1 and "float8" in m.converters:  # Float8ColwiseParallel refuses a plain Linear
+    rowwise = f8.recipe_name in FLOAT8_RECIPES[1:]  # plain TP styles: a high-precision Linear is fine
+    if p.tensor_parallel_degree > 1 and "float8" in m.converters and not rowwise:  # Float8ColwiseParallel refuses
         shapes = {
             "attention.wq": (m.n_heads * m.head_dim, m.dim),
             "attention.wk": (m.kv_heads * m.head_dim, m.dim),

@@ -19,15 +19,18 @@ class Compile:
 
 @dataclass(kw_only=True, slots=True)
 class Float8Linear:
-    """[quantize.linear.float8]: torchao's tensorwise float8 training (used with model.converters = ["float8"])."""
+    """[quantize.linear.float8]: torchao's float8 training (used with model.converters = ["float8"])."""
 
     enable_fsdp_float8_all_gather: bool = False
-    """FSDP all-gathers the float8 weights (1 byte per element) instead of bf16; only with dp_shard > 1."""
+    """FSDP all-gathers the float8 weights (1 byte per element) instead of bf16; only with dp_shard > 1
+    and no recipe_name."""
     precompute_float8_dynamic_scale_for_fsdp: bool = False
     """After each optimizer step, one all-reduce (max) of every float8 weight's amax computes their
     scales for the next all-gathers (only with the float8 all-gather)."""
     recipe_name: str | None = None
-    """None or "tensorwise" (modelled); the rowwise recipes are refused."""
+    """None (tensorwise, the float8 all-gather allowed), or torchao's Float8LinearConfig.from_recipe_name:
+    "tensorwise", "rowwise" or "rowwise_with_gw_hp" (per-row scales: FSDP and TP stay bf16); with a
+    recipe, enable_fsdp_float8_all_gather is refused (TorchTitan asserts)."""
     filter_fqns: list[str] = field(default_factory=list)
     """Linear modules whose FQN contains one of these stay in high precision."""
     emulate: bool = False

@@ -1,6 +1,7 @@
 """Float8 training as TorchTitan v0.2.2's Float8LinearConverter applies it
 (torchtitan/components/quantization/float8.py), with torchao's own code: `model.converters =
-["float8"]` and `[quantize.linear.float8]`, tensorwise scaling (the default recipe).
+["float8"]` and `[quantize.linear.float8]`, tensorwise scaling (the default recipe) or one of
+torchao's rowwise recipes (`recipe_name = "rowwise"` / `"rowwise_with_gw_hp"`, see the end).
 
 - convert(): before any parallelism, torchao's convert_to_float8_training swaps every nn.Linear
   whose weight dims are both divisible by 16 and whose FQN contains none of `filter_fqns`
@@ -23,20 +24,45 @@
   the input being a Shard(1) DTensor), and mark the outputs so that backward casts the incoming
   gradients to float8 (their amax all-reduced over tp too). Reduce-scatters stay bf16.
 
+Rowwise recipes (recipe_name set: Float8LinearConfig.from_recipe_name, as TorchTitan v0.2.2 and
+0.3 build it): no float8 all-gather (torchao and TorchTitan refuse enable_fsdp_float8_all_gather
+with a recipe; FSDP all-gathers the bf16 weights), no precomputed scales, and plain TP styles
+(parallelize_llama's enable_float8_tensorwise_tp is false for a rowwise recipe): sequence-parallel
+all-gathers in bf16. The scales are per row (axiswise), computed where the tensor is; a cast whose
+row runs along a tp-sharded dim (wo / w2's Shard(-1) input, their Shard(1) weights, a colwise
+Linear's output gradient) takes a Partial(max) amax that DTensor all-reduces over tp.
+
 The float8 gemm itself is emulated (torchao's `emulate`, the same for every rank): it is local
 math, no collective depends on it, and CPUs have no float8 tensor cores.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import torch.nn as nn
 
 
+ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
+"""torchao's Float8LinearRecipeName values with axiswise (per row) scaling."""
+
+
+def rowwise(cfg) -> bool:
+    """A rowwise recipe: FSDP and TP communicate in high precision (parallelize_llama: float8_is_rowwise)."""
+    return cfg.quantize.linear.float8.recipe_name in ROWWISE_RECIPES
+
+
+def tensorwise_tp(cfg) -> bool:
+    """parallelize_llama's enable_float8_tensorwise_tp: `"float8" in converters and not float8_is_rowwise`."""
+    return "float8" in cfg.model.converters and not rowwise(cfg)
+
+
 def fsdp_float8_all_gather(cfg) -> bool:
-    """TorchTitan: enable_fsdp_float8_all_gather = dp_shard_enabled and the key."""
-    return cfg.parallelism.data_parallel_shard_degree > 1 and cfg.quantize.linear.float8.enable_fsdp_float8_all_gather
+    """TorchTitan: enable_fsdp_float8_all_gather = dp_shard_enabled and the key (never with a
+    recipe_name: TorchTitan asserts, tracer/config/check.py refuses it)."""
+    f8 = cfg.quantize.linear.float8
+    return cfg.parallelism.data_parallel_shard_degree > 1 and f8.enable_fsdp_float8_all_gather and not f8.recipe_name
 
 
 def precompute(cfg) -> bool:
@@ -58,7 +84,10 @@ def convert(model: nn.Module, cfg) -> None:
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     f8 = cfg.quantize.linear.float8
-    config = Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp_float8_all_gather(cfg), emulate=True)
+    if f8.recipe_name is not None:  # TorchTitan v0.2.2: from_recipe_name; emulated here (local math only)
+        config = dataclasses.replace(Float8LinearConfig.from_recipe_name(f8.recipe_name), emulate=True)
+    else:
+        config = Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp_float8_all_gather(cfg), emulate=True)
     convert_to_float8_training(
         model, config=config, module_filter_fn=partial(module_filter_fn, filter_fqns=list(f8.filter_fqns))
     )

@@ -10,7 +10,7 @@ loss.py); without it they are gathered back to Replicate.
 
 With float8 (model.converters = ["float8"]) the blocks use torchao's float8 styles, as TorchTitan's
 apply_tp(enable_float8_tensorwise_tp=True) does (tracer/workloads/float8.py); tok_embeddings,
-norm and output keep the plain ones.
+norm and output keep the plain ones; a rowwise recipe keeps the plain styles everywhere (bf16 TP).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def parallelize(cfg: config_mod.JobConfig, meshes: mesh_mod.Meshes, chunk: torch
         float8.convert(chunk, cfg)
     if meshes.tp is not None:
         tensor_parallel.apply(chunk, meshes.tp, p.enable_sequence_parallel, loss_parallel(cfg),
-                              float8="float8" in cfg.model.converters)  # parallelize_llama's test, verbatim
+                              float8=float8.tensorwise_tp(cfg))  # parallelize_llama's enable_float8_tensorwise_tp
     if meshes.ep is not None:
         expert_parallel.apply(chunk, meshes.ep)
     activation_checkpoint.apply(chunk, ac.mode, ac.selective_ac_option)
