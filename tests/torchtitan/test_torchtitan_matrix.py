@@ -29,6 +29,7 @@ REFUSED_AT_PLAN = {
     "muse_glimmer_mm_fsdp+tp+sp": "needs the package 'torchvision'",
     "fsdp_symm_mem": "CUDA symmetric memory",
     "deepseek_v3_fsdp+cp+tp+minimal_async_ep": "minimal_async_ep: its all-to-allv runs over CUDA symmetric memory",
+    "deepseek_v3_fsdp+hybridep+compile": "hybridep: DeepEP's HybridEP kernels",
     "dist_gemm": "dist_gemm runs only under spmd_backend spmd_types",  # torch 2.13's FSDP refuses it
 }
 """Tests refused before any rank runs, with the line's cause."""

@@ -116,6 +116,10 @@ def _check_backend(cfg, world_size: int) -> None:
 
 
 CUDA_ONLY_MODULES = {
+    "HybridEPTokenDispatcher": "moe_comm_backend hybridep: DeepEP's HybridEP kernels (the deep_ep package, "
+    "NVLink / RDMA buffers) are CUDA-only, with no CPU version to simulate; record with the default EP all-to-all",
+    "DeepEPTokenDispatcher": "moe_comm_backend deepep: DeepEP's kernels (the deep_ep package, NVSHMEM buffers) "
+    "are CUDA-only, with no CPU version to simulate; record with the default EP all-to-all",
     "MinimalAsyncEPTokenDispatcher": "moe_comm_backend minimal_async_ep: its all-to-allv runs over CUDA "
     "symmetric memory, which has no CPU version to simulate; record with the default EP all-to-all",
 }
