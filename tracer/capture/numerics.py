@@ -30,19 +30,25 @@ import math
 from typing import Any
 
 import torch
-from torch.distributed._functional_collectives import AsyncCollectiveTensor
-from torch.distributed._local_tensor import LocalTensor
 from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
+from torch.distributed.tensor.placement_types import Partial, Replicate
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from traceformat import numerics as fmt_numerics
+from tracer.capture.digests import (
+    Digest,
+    add_up,
+    digests_of,
+    mesh_grid,
+    rank_at,
+    rank_values,
+    ranks_dict,
+    reduce_partial,
+    sibling_grids,
+)
 from tracer.capture.patches import Patcher
 from tracer.capture.recorder import Recorder, tensor_dtype
-
-Digest = tuple[float, float, float]
-"""(sum, sum of squares, max |x|) in float64."""
 
 
 class Numerics:
@@ -118,7 +124,7 @@ class Numerics:
                 for param in root.parameters():
                     if isinstance(param, DTensor) or not param.is_floating_point():
                         continue
-                    shards = list(_locals(param, self.world).values())
+                    shards = list(rank_values(param, self.world).values())
                     if any(not torch.equal(shards[0], s) for s in shards[1:]):
                         self.own.add(id(param))
         finally:
@@ -142,7 +148,7 @@ class Numerics:
         try:
             with torch.no_grad():  # on the ranks' plain shards: LocalTensorMode runs them as they are
                 local = loss.to_local() if isinstance(loss, DTensor) else loss
-                values = [float(v.double().reshape(())) for v in _locals(local, self.world).values()]
+                values = [float(v.double().reshape(())) for v in rank_values(local, self.world).values()]
         finally:
             self.busy = False
         distinct = sorted(set(values))  # tp / cp replicas of one loss count once
@@ -208,19 +214,19 @@ class Numerics:
     def _digest(self, t, part_of: bool) -> tuple[Digest, list | None, int, str, dict | None]:
         if isinstance(t, DTensor):
             return self._dtensor(t, part_of)
-        locals_ = _locals(t, self.world)
+        locals_ = rank_values(t, self.world)
         ranks = sorted(locals_)
-        per = _per_rank([locals_[r] for r in ranks])
+        per = digests_of([locals_[r] for r in ranks])
         classes: dict[Digest, list[int]] = {}
         for r, d in zip(ranks, per):
             classes.setdefault(d, []).append(r)
-        replicated = None if part_of or self.world < 2 else _ranks_dict([ranks], ranks, per)
+        replicated = None if part_of or self.world < 2 else ranks_dict([ranks], ranks, per)
         if len(classes) == 1:
             return per[0], list(t.shape), t.numel(), "plain", replicated
         if not part_of:
             return per[0], list(t.shape), t.numel(), "plain", replicated
         firsts = [members[0] for members in classes.values()]
-        d = _add_up([per[ranks.index(r)] for r in firsts])
+        d = add_up([per[ranks.index(r)] for r in firsts])
         numel = sum(locals_[r].numel() for r in firsts)
         return d, None, numel, f"plain x{len(classes)}", None
 
@@ -232,34 +238,34 @@ class Numerics:
         mesh = t.device_mesh
         shape = tuple(mesh.mesh.shape)
         placements = t.placements
-        locals_ = _locals(t._local_tensor, self.world)
+        locals_ = rank_values(t._local_tensor, self.world)
         partial = [i for i, p in enumerate(placements) if isinstance(p, Partial)]
         replicate = [i for i, p in enumerate(placements) if isinstance(p, Replicate)]
         layout = ",".join(str(p) for p in placements)
-        grids = _sibling_grids(mesh, _grid(mesh.mesh), self.world)
+        grids = sibling_grids(mesh, mesh_grid(mesh.mesh), self.world)
         per_grid: list[Digest] = []
         for grid in grids:
             fixed = [range(1) if i in partial or i in replicate else range(n) for i, n in enumerate(shape)]
             pieces: list[torch.Tensor] = []
             for c in itertools.product(*fixed):
                 if not partial:
-                    pieces.append(locals_[_at(grid, c)])
+                    pieces.append(locals_[rank_at(grid, c)])
                     continue
                 members = []
                 for pc in itertools.product(*[range(shape[i]) for i in partial]):
                     cc = list(c)
                     for i, v in zip(partial, pc):
                         cc[i] = v
-                    members.append(locals_[_at(grid, tuple(cc))])
-                pieces.append(_reduce(members, [placements[i] for i in partial]))
-            per_grid.append(_add_up(_per_rank(pieces)))
+                    members.append(locals_[rank_at(grid, tuple(cc))])
+                pieces.append(reduce_partial(members, [placements[i] for i in partial]))
+            per_grid.append(add_up(digests_of(pieces)))
         distinct = list(dict.fromkeys(per_grid))
         numel = t.numel()
         out_shape: list | None = list(t.shape)
         if len(distinct) == 1 or not part_of:
             d = per_grid[0]
         else:
-            d, numel, out_shape = _add_up(distinct), numel * len(distinct), None
+            d, numel, out_shape = add_up(distinct), numel * len(distinct), None
             layout += f" x{len(distinct)}"
         # ranks that must hold the same local value: those at the same mesh position but for
         # the Replicate dims, in every sibling mesh too where the value is a parameter's
@@ -267,13 +273,13 @@ class Numerics:
         for k, grid in enumerate(grids):
             for c in itertools.product(*[range(n) for n in shape]):
                 key = tuple(0 if i in replicate else v for i, v in enumerate(c))
-                keys.setdefault(key if not part_of else (k, *key), []).append(_at(grid, c))
+                keys.setdefault(key if not part_of else (k, *key), []).append(rank_at(grid, c))
         groups = [sorted(g) for g in keys.values() if len(g) > 1]
-        ranks_dict = None
+        per_rank = None
         if groups:
             ranks = sorted(r for g in groups for r in g)
-            ranks_dict = _ranks_dict(groups, ranks, _per_rank([locals_[r] for r in ranks]))
-        return d, out_shape, numel, layout, ranks_dict
+            per_rank = ranks_dict(groups, ranks, digests_of([locals_[r] for r in ranks]))
+        return d, out_shape, numel, layout, per_rank
 
     def _row(self, phase, what, name, dtype, shape, numel, d: Digest, layout, ranks) -> None:
         c = self.cols
@@ -307,109 +313,3 @@ def _first_tensor(out) -> Any:
     if isinstance(out, dict):
         return next((x for x in out.values() if isinstance(x, torch.Tensor)), None)
     return None
-
-
-def _locals(t, world: int) -> dict[int, torch.Tensor]:
-    """Each rank's plain value: a LocalTensor's shards, or the same tensor on every rank."""
-    while isinstance(t, AsyncCollectiveTensor):  # a functional collective's result: LocalTensor computed it already
-        t = t.elem
-    if isinstance(t, LocalTensor):
-        return dict(t._local_tensors)
-    return dict.fromkeys(range(world), t)
-
-
-def _grid(mesh_tensor) -> list:
-    """The mesh's global ranks as nested lists (a LocalTensor mesh holds the same on every rank)."""
-    if isinstance(mesh_tensor, LocalTensor):
-        mesh_tensor = next(iter(mesh_tensor._local_tensors.values()))
-    return mesh_tensor.tolist()
-
-
-def _sibling_grids(mesh, grid: list, world: int) -> list:
-    """The mesh as rank 0 sees it, then the sibling meshes of the other ranks (LocalTensorMode
-    gives every rank rank 0's mesh tensor): rank 0's grid shifted by the offsets of its dims'
-    sibling groups, each kept where it lies in the world and overlaps none before it."""
-    from torch.distributed._local_tensor import _c10d as local_c10d
-
-    flat = _flat(grid)
-    offsets: set[int] = set()
-    for i in range(mesh.ndim):
-        try:
-            _, offs, _ = local_c10d._prepare_collective_groups(mesh.get_group(i))
-        except Exception:  # a mesh dim without its own group: no siblings known
-            continue
-        offsets.update(int(o) for o in offs)
-    grids, taken = [grid], set(flat)
-    for o in sorted(offsets):
-        moved = {r + o for r in flat}
-        if o == 0 or max(moved) >= world or taken & moved:
-            continue
-        grids.append(_shift(grid, o))
-        taken |= moved
-    return grids
-
-
-def _flat(grid) -> list[int]:
-    return [r for g in grid for r in _flat(g)] if isinstance(grid, list) else [int(grid)]
-
-
-def _shift(grid, by: int):
-    """Python lists, not a tensor: a tensor made under LocalTensorMode is a LocalTensor."""
-    return [_shift(g, by) for g in grid] if isinstance(grid, list) else int(grid) + by
-
-
-def _at(grid, coord: tuple) -> int:
-    for c in coord:
-        grid = grid[c]
-    return int(grid)
-
-
-def _reduce(members: list[torch.Tensor], placements: list) -> torch.Tensor:
-    """Partial shards reduced elementwise, as the pending all-reduce would."""
-    ops = {getattr(p, "reduce_op", "sum") for p in placements}
-    x = torch.stack([m.double() for m in members])
-    if ops <= {"sum"}:
-        return x.sum(0)
-    if ops <= {"avg"}:
-        return x.mean(0)
-    if ops <= {"max"}:
-        return x.amax(0)
-    if ops <= {"min"}:
-        return x.amin(0)
-    return x.sum(0)
-
-
-def _per_rank(ts: list[torch.Tensor]) -> list[Digest]:
-    """The digest of each tensor (one stacked reduction when they have the same shape)."""
-    if not ts:
-        return []
-    if all(t.shape == ts[0].shape for t in ts) and ts[0].numel() > 0 and len(ts) > 1:
-        x = torch.stack([t.detach().reshape(-1) for t in ts]).double()
-        sums, sqs, amaxs = x.sum(1).tolist(), (x * x).sum(1).tolist(), x.abs().amax(1).tolist()
-        return list(zip(sums, sqs, amaxs))
-    out = []
-    for t in ts:
-        if t.numel() == 0:
-            out.append((0.0, 0.0, 0.0))
-            continue
-        x = t.detach().double()
-        out.append((float(x.sum()), float((x * x).sum()), float(x.abs().max())))
-    return out
-
-
-def _add_up(ds: list[Digest]) -> Digest:
-    """The digest of the concatenation of disjoint parts."""
-    return (sum(d[0] for d in ds), sum(d[1] for d in ds), max((d[2] for d in ds), default=0.0))
-
-
-def _ranks_dict(groups: list[list[int]], ranks: list[int], per: list[Digest]) -> dict:
-    return {
-        "groups": groups,
-        "rank": list(ranks),
-        "sum": [d[0] for d in per],
-        "sumsq": [d[1] for d in per],
-        "amax": [d[2] for d in per],
-    }
-
-
-_ = Shard  # placements other than Partial / Replicate are shards (Shard, _StridedShard): digests add up
