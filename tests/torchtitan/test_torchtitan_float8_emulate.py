@@ -117,7 +117,7 @@ def test_tensorwise_amax_all_reduces_per_linear_equal_and_hand_derived(pair):
         assert dict(phases.iter_rows()) == {"forward": HEAD_FWD * calls * STEPS, "backward": HEAD_BWD * calls * STEPS}
 
 
-def test_a_rowwise_or_float8_all_gather_recording_would_not_pass(pair):
+def test_torchtitan_side_is_tensorwise_not_rowwise(pair):
     """What tells the recipes apart, on the TorchTitan side: tensorwise amaxes are scalars, and
     the wo / w2 casts come in pairs per forward (rowwise: the same count, but 1024 / 2048 bytes;
     wqkv, w1, w3 have no forward amax under rowwise)."""
