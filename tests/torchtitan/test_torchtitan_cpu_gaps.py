@@ -69,6 +69,29 @@ def test_helion_rope_overrides_take_torchtitans_cpu_fallback_without_helion():
         assert torch.equal(a, b)
 
 
+def test_fake_values_answer_only_commtraces_own_fake_tensors():
+    """`.item()` of a fake tensor answers 0 under commtrace's fake compute (a value TorchTitan
+    only logs), never for another FakeTensorMode's tensors: dynamo traces a compiled region
+    with its own, and read as 0 gpt_oss's MoE token counts became 0-token all-to-all splits
+    (`--compile.enable` with EP: a fake-tensor error)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tracer.adapters.torchtitan import fake_values
+    from tracer.capture.fake_compute import FakeCompute
+
+    saved = torch.Tensor.item, torch.Tensor.__int__, torch.Tensor.__float__
+    fake_values.install()
+    try:
+        with FakeCompute(rec=None):  # type: ignore[arg-type]
+            assert torch.ones(3).sum().item() == 0 and int(torch.ones(())) == 0
+        with FakeTensorMode():
+            with pytest.raises(Exception, match="_local_scalar_dense"):  # torch: DataDependentOutputException
+                torch.ones(3).sum().item()
+        assert torch.ones(3).sum().item() == 3.0  # a real tensor: its value
+    finally:
+        torch.Tensor.item, torch.Tensor.__int__, torch.Tensor.__float__ = saved
+
+
 def test_fused_adamw_takes_bf16_states_on_cpu():
     """TorchTitan's fused_opt_states_bf16: fp32 params, bf16 exp_avg / exp_avg_sq, fused AdamW."""
     cpu_kernels.install_fused_adam()
