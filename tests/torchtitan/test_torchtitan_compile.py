@@ -35,6 +35,15 @@ def _record(tmp, name: str, *overrides: str) -> str:
     return out
 
 
+TP = ["--parallelism.tensor_parallel_degree", "2"]
+
+
+@pytest.fixture(scope="module")
+def compiled2d(tmp_path_factory) -> str:
+    """TP 2 compiled, recorded once for the 2d and async TP tests (minutes of inductor each)."""
+    return _record(tmp_path_factory.mktemp("compiled2d"), "compiled2d", *COMPILE, *TP)
+
+
 def _table(path: str) -> pl.DataFrame:
     """Calls and bytes per op x phase (the collectives only), as `analyzer diff` tabulates them."""
     from analyzer.loader import load
@@ -62,12 +71,10 @@ def test_1d_compile_records_the_eager_comm_pattern(tmp_path):
     assert blocks == ["tok_embeddings", *(f"layers.{i}" for i in range(6)), "norm, lm_head"]
 
 
-def test_2d_compile_issues_the_same_collectives_in_another_order(tmp_path):
+def test_2d_compile_issues_the_same_collectives_in_another_order(tmp_path, compiled2d):
     """TP 2: per op x phase the same calls and bytes; inductor orders one TP reduce-scatter
     before an all-gather in each block's backward (docs/torchtitan.md, Under torch.compile)."""
-    tp = ["--parallelism.tensor_parallel_degree", "2"]
-    eager = _record(tmp_path, "eager2d", *tp)
-    compiled = _record(tmp_path, "compiled2d", *COMPILE, *tp)
+    eager, compiled = _record(tmp_path, "eager2d", *TP), compiled2d
     assert _table(eager).equals(_table(compiled))
     from analyzer.loader import load
 
@@ -80,23 +87,21 @@ def test_2d_compile_issues_the_same_collectives_in_another_order(tmp_path):
     assert all("torchinductor" not in f for f in in_blocks["frame"].cast(pl.Utf8))
 
 
-def test_async_tp_records_2d_compile_unfused_and_says_so(tmp_path):
+def test_async_tp_records_2d_compile_unfused_and_says_so(tmp_path, compiled2d):
     """`--compile.enable_async_tensor_parallel` (TP 2): torch's micro-pipeline TP pass fuses only
     where NCCL and CUDA symmetric memory exist (`micro_pipeline_tp.py`: `is_nccl_available()`),
     so a CPU recording is 2d compile's pattern, per op x phase the same calls and bytes (measured:
     50 backward tp all-gathers, 26 forward reduce-scatters, ...), and the recording says so: a
     note on the command line and in the header."""
-    tp = ["--parallelism.tensor_parallel_degree", "2"]
-    compiled = _record(tmp_path, "compiled2d", *COMPILE, *tp)
     out = str(tmp_path / "asynctp.trace")
     p = subprocess.run(
         [os.path.join(BIN, "tracer"), "record", "--torchtitan", "llama3:llama3_debugmodel", "-n", "2", "--ranks", "0",
-         "-o", out, "--", *COMPILE, *tp, "--compile.enable_async_tensor_parallel", *SMALL],
+         "-o", out, "--", *COMPILE, *TP, "--compile.enable_async_tensor_parallel", *SMALL],
         capture_output=True, text=True, timeout=3000,
     )  # fmt: skip
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "async TP recorded unfused" in p.stderr + p.stdout
-    assert _table(compiled).equals(_table(out))
+    assert _table(compiled2d).equals(_table(out))
     from analyzer.loader import load
 
     assert any("micro-pipeline TP pass" in n for n in load(out).header["config"]["torchtitan"]["notes"])
