@@ -266,8 +266,17 @@ def one_line_error(e: BaseException, rec) -> str:
             ".tolist()): local mode runs one Python for every rank, so it cannot hold one value per rank; "
             "reduce it first (dist.all_reduce) or record with --mode fake"
         )
+    if type(e).__name__.endswith("DynamoError") and PER_RANK_SIZE in msg:  # dynamo meets a per-rank size
+        text = (
+            "torch.compile met a size held per simulated rank (LocalTensor's per-rank "
+            "SymInt, which dynamo cannot trace in torch 2.13): local mode cannot compile this region; "
+            "record with --mode fake"
+        )
     return f"{text} ({where})" if where else text
 
+
+PER_RANK_SIZE = "'LocalIntNode' object has no attribute"
+"""What dynamo raises when LocalTensorMode's per-rank SymInt reaches it (torch 2.13)."""
 
 PER_RANK_PYTHON_VALUE = "rank results must be equal for all ranks"
 """What LocalTensorMode raises when a per-rank tensor value becomes one Python value."""
