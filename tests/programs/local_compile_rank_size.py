@@ -2,7 +2,8 @@
 per-rank SymInt, which dynamo (torch 2.13) cannot trace. TorchTitan's context parallel meets
 the same when it shards flex attention's BlockMask (a compiled region) under local mode."""
 
-import torch, torch.distributed as dist
+import torch
+import torch.distributed as dist
 dist.init_process_group("gloo")
 r = dist.get_rank()
 t = torch.ones(r + 2)
