@@ -3,6 +3,7 @@ of that process alone (os.wait4's rusage, not the maximum over every child so fa
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,3 +52,35 @@ def run(*cmd: str, env: dict | None = None) -> Run:
         stdout=b"".join(chunks).decode(),
         stderr=stderr,
     )
+
+
+def fits(r: Run, seconds: float, gib: float = 12.0) -> bool:
+    """The command succeeded (exit 0 or 1: findings) within its time and memory targets."""
+    return r.code in (0, 1) and r.wall <= seconds and r.peak_gib <= gib
+
+
+def json_out(r: Run) -> dict:
+    """The command's --json output (empty when it printed none or not JSON)."""
+    try:
+        return json.loads(r.stdout) if r.stdout else {}
+    except ValueError:
+        return {}
+
+
+def roots(r: Run) -> str:
+    """The first two findings' kinds and culprits of `analyzer hang --json`, and the stuck ranks."""
+    if not r.stdout:
+        return f"error: {r.stderr.strip()[-100:]}"
+    out = json.loads(r.stdout)
+    return (
+        "roots: "
+        + "; ".join(f"{f['kind']} {f['culprit_ranks']}" for f in out["findings"][:2])
+        + f"; {len(out['stuck_ranks'])} stuck ranks"
+    )
+
+
+def trace_events(path: str) -> int:
+    """Events in a trace (loaded by the analyzer)."""
+    from analyzer.loader import load
+
+    return load(path).n_events

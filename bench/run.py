@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import statistics
 import sys
@@ -26,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from measure import run  # noqa: E402
+import pipeline_rows  # noqa: E402
+from measure import fits, json_out, roots, run, trace_events  # noqa: E402
 from synth import generate  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str, str]] = []  # goal, figure, target, anchor / ok, PASS / MISS
@@ -42,10 +42,6 @@ def row(goal: str, figure: str, target: str, note: str = "", ok: bool | None = N
     print(f"  {goal}: {figure}   (target {target}) {note}  {verdict}", flush=True)
 
 
-def fits(r, seconds: float, gib: float = 12.0) -> bool:
-    return r.code in (0, 1) and r.wall <= seconds and r.peak_gib <= gib
-
-
 def recording(work: str, quick: bool) -> None:
     config = os.path.join(HERE, "configs", "fsdp_tp_pp_256.toml")
     out = os.path.join(work, "r256.trace")
@@ -56,7 +52,7 @@ def recording(work: str, quick: bool) -> None:
         row(f"record {n_ranks} ranks (pp4 x dp16 x tp4)", f"failed: {r.stderr.strip()[-120:]}", "<= 180 s", "", False)
         return
     size = os.path.getsize(out)
-    events = _events(out)
+    events = trace_events(out)
     row(
         f"record {n_ranks} ranks of pp4 x dp16 x tp4 (all ranks: 256)",
         f"{r.wall:.1f} s, {events:,} events",
@@ -100,12 +96,6 @@ def overhead(quick: bool) -> None:
     )
 
 
-def _events(path: str) -> int:
-    from analyzer.loader import load
-
-    return load(path).n_events
-
-
 def analysis(work: str, quick: bool) -> None:
     ranks, events = (4096, 1000) if quick else (16384, 5000)
     n = ranks * events
@@ -120,7 +110,7 @@ def analysis(work: str, quick: bool) -> None:
         size / n <= 16,
     )
     r = run("analyzer", "check", checked, "--json")
-    found = sorted((f["kind"], tuple(f["culprit_ranks"])) for f in _out(r).get("findings", []))
+    found = sorted((f["kind"], tuple(f["culprit_ranks"])) for f in json_out(r).get("findings", []))
     ok = found == [("dtype_mismatch", (99,)), ("missing_collective", (17,))]
     row(
         f"analyzer check, {ranks:,} ranks x {events:,} events",
@@ -134,19 +124,19 @@ def analysis(work: str, quick: bool) -> None:
         f"analyzer hang (dry run, the skip leaves ranks waiting), {n / 1e6:.0f} M events",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 45 s, <= 12 GiB",
-        _roots(r),
+        roots(r),
         fits(r, 45) and r.code == 1,
     )
     os.remove(checked)
     hung = os.path.join(work, "hang.trace")
     generate(hung, ranks, events, hang=17, verbose=False)
     r = run("analyzer", "hang", hung, "--json")
-    stalled = [f["culprit_ranks"] for f in _out(r).get("findings", []) if f["kind"] == "stalled_rank"]
+    stalled = [f["culprit_ranks"] for f in json_out(r).get("findings", []) if f["kind"] == "stalled_rank"]
     row(
         f"analyzer hang (post-mortem: rank 17 died), {n / 1e6:.0f} M events",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 45 s, <= 12 GiB",
-        _roots(r),
+        roots(r),
         fits(r, 45) and stalled == [[17]],
     )
     os.remove(hung)
@@ -162,7 +152,7 @@ def costing(work: str, quick: bool, size: str = "") -> None:
     generate(path, ranks, events, verbose=False)
     s = run("analyzer", "summary", path, "--json")
     c = run("analyzer", "cost", path, "--cluster", "h100-dgx", "--json")
-    runs = _out(c).get("runs", [])
+    runs = json_out(c).get("runs", [])
     ok = c.code == 0 and len(runs) == 1 and runs[0]["steps"] > 0
     ratio = c.wall / s.wall if s.wall else float("inf")
     row(
@@ -183,13 +173,15 @@ def linting(work: str, quick: bool) -> None:
     generate(path, ranks, events, verbose=False)
     s = run("analyzer", "summary", path, "--json")
     c = run("analyzer", "lint", path, "--cluster", "h100-dgx", "--json")
-    ok = c.code == 0 and "findings" in _out(c)
+    ok = c.code == 0 and "findings" in json_out(c)
     ratio = c.wall / s.wall if s.wall else float("inf")
     row(
         f"analyzer lint vs summary, {ranks:,} ranks x {events:,} events",
         f"lint {c.wall:.1f} s, {c.peak_gib:.2f} GiB; summary {s.wall:.1f} s, {s.peak_gib:.2f} GiB: {ratio:.2f}x",
         "<= 2x summary's time",
-        f"{len(_out(c).get('findings', []))} advice" if ok else f"FAILED (exit {c.code}): {c.stderr.strip()[-200:]}",
+        f"{len(json_out(c).get('findings', []))} advice"
+        if ok
+        else f"FAILED (exit {c.code}): {c.stderr.strip()[-200:]}",
         ok and ratio <= 2 and s.code == 0,
     )
     os.remove(path)
@@ -201,101 +193,13 @@ def diffing(work: str, quick: bool) -> None:
     generate(a, d_ranks, d_events, verbose=False)
     generate(b, d_ranks, d_events, dtype_fault=99, verbose=False)
     r = run("analyzer", "diff", a, b, "--json")
-    divs = _out(r).get("divergences", [])
+    divs = json_out(r).get("divergences", [])
     row(
         f"analyzer diff of two {d_ranks:,}-rank traces ({d_ranks * d_events / 1e6:.0f} M events each)",
         f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
         "<= 30 s",
         "the seeded change: " + "; ".join(f"ranks {d['ranks']} at position {d['position_a']}" for d in divs[:2]),
         r.wall <= 30 and any(99 in d["ranks"] for d in divs),
-    )
-
-
-def _pp_shape(quick: bool) -> tuple[int, int, int, int]:
-    return (16, 8, 8, 5000) if quick else (16, 128, 8, 5000)  # pp, dp, tp, events per rank
-
-
-def _pp_faults(dp: int, tp: int) -> dict[str, int]:
-    """One rank each: the swap on stage 8, the skipped send on stage 4, the extra all-reduce on stage 2."""
-    from synth_pp import layout
-
-    rank = layout(16, dp, tp)[3]
-    return {
-        "swap": rank(8, dp * 101 // 128, 0),
-        "skip_send": rank(4, dp * 113 // 128, 0),
-        "extra": rank(2, dp * 119 // 128, 0),
-    }
-
-
-def pipeline_check(work: str, quick: bool, schedule: str) -> None:
-    """check on a pipeline trace with every seeded fault: the swap's deadlock_cycle (1F1B only:
-    interleaved posts its p2p async, so the swap cannot happen there), the skipped send's
-    unmatched_p2p (culprit: the recv left without a send, upstream of the skipping stage), the
-    extra all-reduce's missing_collective; ordering verified (no note), nothing else."""
-    from synth_pp import generate as pp_generate
-
-    pp, dp, tp, events = _pp_shape(quick)
-    faults = _pp_faults(dp, tp)
-    if schedule != "1f1b":
-        faults.pop("swap")
-    path = os.path.join(work, f"pp_{schedule}.trace")
-    pp_generate(path, pp, dp, tp, events, schedule, verbose=False, **faults)
-    n = _events(path)
-    r = run("analyzer", "check", path, "--json")
-    out = _out(r)
-    found = sorted((f["kind"], tuple(f["culprit_ranks"])) for f in out.get("findings", []))
-    want = [("missing_collective", (faults["extra"],)), ("unmatched_p2p", (faults["skip_send"] - dp * tp,))]
-    if "swap" in faults:
-        want = sorted(want + [("deadlock_cycle", (faults["swap"], faults["swap"] + dp * tp))])
-    verified = r.code in (0, 1) and not any("not verified" in note for note in out.get("trace", {}).get("notes", []))
-    ok = found == want and verified
-    row(
-        f"analyzer check, pipeline {schedule} pp{pp} x dp{dp} x tp{tp} "
-        f"({pp * dp * tp:,} ranks, {n / 1e6:.0f} M events)",
-        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
-        "<= 45 s, <= 12 GiB, ordering verified",
-        ("seeded faults found, nothing else: " if ok else f"FOUND {found}, WANTED ") + str(want),
-        ok and fits(r, 45),
-    )
-    os.remove(path)
-
-
-def pipeline_hang(work: str, quick: bool) -> None:
-    from synth_pp import generate as pp_generate
-
-    pp, dp, tp, events = _pp_shape(quick)
-    swap = _pp_faults(dp, tp)["swap"]
-    path = os.path.join(work, "pp_swap.trace")
-    pp_generate(path, pp, dp, tp, events, "1f1b", swap=swap, verbose=False)
-    r = run("analyzer", "hang", path, "--json")
-    cycles = [f for f in _out(r).get("findings", []) if f["kind"] == "deadlock_cycle"]
-    edge = [swap, swap + dp * tp]
-    ok = len(cycles) == 1 and cycles[0]["ranks"] == edge and cycles[0].get("p2p_edges") == [edge]
-    row(
-        f"analyzer hang, 1F1B with a send/recv swap on rank {swap} ({pp * dp * tp:,} ranks x {events:,} events)",
-        f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB",
-        "<= 45 s, <= 12 GiB, one deadlock_cycle",
-        f"cycles: {[(c['ranks'], c.get('p2p_edges')) for c in cycles]}; " + _roots(r),
-        ok and fits(r, 45),
-    )
-    os.remove(path)
-
-
-def _out(r) -> dict:
-    try:
-        return json.loads(r.stdout) if r.stdout else {}
-    except ValueError:
-        return {}
-
-
-def _roots(r) -> str:
-    if not r.stdout:
-        return f"error: {r.stderr.strip()[-100:]}"
-    out = json.loads(r.stdout)
-    return (
-        "roots: "
-        + "; ".join(f"{f['kind']} {f['culprit_ranks']}" for f in out["findings"][:2])
-        + f"; {len(out['stuck_ranks'])} stuck ranks"
     )
 
 
@@ -345,7 +249,7 @@ def torchtitan_preset(work: str, quick: bool, step: str) -> None:
 
 def golden_sizes() -> None:
     goldens = sorted(glob.glob(os.path.join(REPO, "traces", "*.trace")))
-    sizes = [os.path.getsize(p) / max(1, _events(p)) for p in goldens]
+    sizes = [os.path.getsize(p) / max(1, trace_events(p)) for p in goldens]
     row(
         "size of the golden traces (2 steps each: headers and atoms dominate)",
         f"{min(sizes):.0f}-{max(sizes):.0f} B/event",
@@ -386,9 +290,9 @@ def steps(work: str, quick: bool) -> dict:
         "diff": lambda: diffing(work, quick),
         "cost": lambda: costing(work, quick, os.environ.get("COMMTRACE_COST_SIZE", "")),
         "lint": lambda: linting(work, quick),
-        "pp-check-1f1b": lambda: pipeline_check(work, quick, "1f1b"),
-        "pp-check-interleaved": lambda: pipeline_check(work, quick, "interleaved"),
-        "pp-hang": lambda: pipeline_hang(work, quick),
+        "pp-check-1f1b": lambda: pipeline_rows.check(work, row, quick, "1f1b"),
+        "pp-check-interleaved": lambda: pipeline_rows.check(work, row, quick, "interleaved"),
+        "pp-hang": lambda: pipeline_rows.hang(work, row, quick),
         "startup": startup,
         "fr": lambda: flight_recorder(work, quick),
         "ray": lambda: ray_executor(work),
