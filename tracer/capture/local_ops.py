@@ -19,9 +19,10 @@ from torch.utils import _pytree as pytree
 from traceformat.ops import COLLECTIVE_OPS, DISPATCHED, OPS, P2P_OPS
 from tracer.capture import arg_checks, rank_branch
 from tracer.capture.patches import Patcher
-from tracer.capture.process_group import RecordingWork, reduce_name
+from tracer.capture.process_group import reduce_name
 from tracer.capture.rank_values import user_site
 from tracer.capture.recorder import Call, GroupRef, Recorder, RecordError
+from tracer.capture.work import RecordingWork
 
 _NAMESPACES = frozenset({"c10d", "_c10d_functional", "_dtensor"})
 
