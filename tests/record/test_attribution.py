@@ -12,7 +12,7 @@ from conftest import PROGRAMS, REPO, program, stream
 
 from analyzer.checks import run_checks
 from analyzer.loader import load
-from tracer.capture.attribution import is_user_path
+from tracer.capture.code_paths import is_user_path
 
 
 @pytest.mark.parametrize("mode", ["fake", "local"])

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tracer.capture import compiled
-from tracer.capture.attribution import Attribution, is_user_path
+from tracer.capture.attribution import Attribution
+from tracer.capture.code_paths import is_user_path
 from tracer.capture.patches import Patcher
 
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import sys
-import sysconfig
 import weakref
 from types import CodeType, FrameType
 from typing import Any, Generic, TypeVar
@@ -37,16 +35,7 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-# torch's distribution installs three top-level packages side by side
-_TORCH_DIRS = tuple(
-    os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), name) + os.sep
-    for name in ("torch", "functorch", "torchgen")
-)
-_REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-_COMMTRACE_DIRS = tuple(_REPO_DIR + name + os.sep for name in ("tracer", "analyzer", "traceformat"))
-_WORKLOADS_DIR = _REPO_DIR + os.path.join("tracer", "workloads") + os.sep
-_STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep})
-_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+from tracer.capture.code_paths import INSTALLED, TORCH_DIRS, is_user_path
 
 
 class Attribution:
@@ -247,7 +236,7 @@ class Attribution:
         path = code.co_filename
         if path.startswith("<") or not is_user_path(path):
             return None
-        cut = max(path.rfind(marker) + len(marker) if marker in path else -1 for marker in _INSTALLED)
+        cut = max(path.rfind(marker) + len(marker) if marker in path else -1 for marker in INSTALLED)
         if cut >= 0:  # an installed package: shown as it is imported, the same on every machine
             rel = path[cut:]
         else:
@@ -284,8 +273,8 @@ def _optimized_module() -> type:
     return _WRAPPER[0]
 
 
-_COMPILER_DIRS = tuple(_TORCH_DIRS[0] + name + os.sep for name in ("_dynamo", "_functorch", "_inductor"))
-_CALL_DIRS = tuple(_TORCH_DIRS[0] + name + os.sep for name in (os.path.join("nn", "modules"), "fx"))
+_COMPILER_DIRS = tuple(TORCH_DIRS[0] + name + os.sep for name in ("_dynamo", "_functorch", "_inductor"))
+_CALL_DIRS = tuple(TORCH_DIRS[0] + name + os.sep for name in (os.path.join("nn", "modules"), "fx"))
 
 
 def _called_by_compiler(f: FrameType | None) -> bool:
@@ -366,60 +355,3 @@ class _Leave:
 
     def __reduce__(self):
         return (_Leave, (None,))
-
-
-def is_user_path(path: str) -> bool:
-    """Not torch (nor a package torch depends on: torch calls through typing_extensions' wrappers,
-    sympy, fsspec), not commtrace (its built-in workloads excepted: they play the user's program),
-    not the standard library (a site-packages folder below the stdlib folder is not stdlib)."""
-    if path.startswith(_COMMTRACE_DIRS):
-        return path.startswith(_WORKLOADS_DIR)
-    if path.startswith(_TORCH_DIRS) or _generated_by_inductor(path):
-        return False
-    cut = max(path.rfind(marker) + len(marker) if marker in path else -1 for marker in _INSTALLED)
-    if cut >= 0:
-        return path[cut:].split(os.sep, 1)[0].removesuffix(".py") not in torch_dependencies()
-    for stdlib in _STDLIB_DIRS:
-        if path.startswith(stdlib):
-            return False
-    return True
-
-
-def _generated_by_inductor(path: str) -> bool:
-    """Code torch.compile wrote (inductor's cache: $TORCHINDUCTOR_CACHE_DIR or a torchinductor_USER
-    folder): a collective issued there belongs to the frame that called the compiled module."""
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if cache and path.startswith(cache.rstrip(os.sep) + os.sep):
-        return True
-    return f"{os.sep}torchinductor_" in path
-
-
-@functools.cache
-def torch_dependencies() -> frozenset[str]:
-    """Top-level module names of the distributions torch requires, transitively (no extras)."""
-    from importlib import metadata
-
-    def norm(name: str) -> str:
-        return re.sub(r"[-_.]+", "-", name).lower()
-
-    seen: set[str] = set()
-    todo = ["torch"]
-    while todo:
-        dist = todo.pop()
-        try:
-            reqs = metadata.distribution(dist).requires or []
-        except metadata.PackageNotFoundError:
-            continue
-        for req in reqs:
-            if "extra ==" in req:
-                continue
-            name = norm(re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0])
-            if name not in seen:
-                seen.add(name)
-                todo.append(name)
-    return frozenset(
-        top for top, dists in metadata.packages_distributions().items() if any(norm(d) in seen for d in dists)
-    )
-
-
-torch_dependencies()  # computed once where torch is imported (the fork server), not per rank
