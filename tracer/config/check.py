@@ -5,6 +5,7 @@ what the chosen mode cannot simulate (check_mode)."""
 from __future__ import annotations
 
 from tracer.config.keys import did_you_mean
+from tracer.config.quantize import FLOAT8_RECIPES, ROWWISE_RECIPES
 from tracer.config.schema import SCHEDULES, STAGES_PER_RANK, JobConfig
 from tracer.workloads.pipeline_split import stage_modules
 
@@ -117,8 +118,6 @@ def _check_training_keys(cfg: JobConfig) -> None:
 FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
 """TorchTitan v0.2.2's Float8LinearConverter: registered as "quantize.linear.float8", spelled
 "float8" by its own llama3_405b.toml and by parallelize_llama's float8-TP test."""
-FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
-"""[quantize.linear.float8] recipe_name: torchao's recipes (tensorwise first; the others scale per row)."""
 
 
 def _check_float8(cfg: JobConfig) -> None:
@@ -155,7 +154,7 @@ def _check_float8(cfg: JobConfig) -> None:
             'model.converters = ["float8"] needs torchao (its Float8Linear is what communicates): '
             "pip install -c constraints-cpu.txt 'commtrace[float8]' after torch==2.13.0"
         )
-    rowwise = f8.recipe_name in FLOAT8_RECIPES[1:]  # plain TP styles: a high-precision Linear is fine
+    rowwise = f8.recipe_name in ROWWISE_RECIPES  # plain TP styles: a high-precision Linear is fine
     if p.tensor_parallel_degree > 1 and "float8" in m.converters and not rowwise:  # Float8ColwiseParallel refuses
         shapes = {
             "attention.wq": (m.n_heads * m.head_dim, m.dim),

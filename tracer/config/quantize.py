@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
+"""torchao's Float8LinearRecipeName values with axiswise (per row) scaling."""
+FLOAT8_RECIPES = ("tensorwise", *ROWWISE_RECIPES)
+"""[quantize.linear.float8] recipe_name: torchao's recipes."""
+
 
 @dataclass(kw_only=True, slots=True)
 class Compile:

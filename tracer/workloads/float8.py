@@ -43,9 +43,7 @@ from functools import partial
 
 import torch.nn as nn
 
-
-ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
-"""torchao's Float8LinearRecipeName values with axiswise (per row) scaling."""
+from tracer.config.quantize import ROWWISE_RECIPES
 
 
 def rowwise(cfg) -> bool:
