@@ -107,6 +107,9 @@ class Mode(str, Enum):
     """A process per rank on the recording fake backend (a dry run: never blocks)."""
     LOCAL = "local"
     """Every rank in one process under LocalTensorMode (a dry run: never blocks)."""
+    REAL = "real"
+    """A process per rank on a real gloo backend (tracer record --mode real): real values; a rank
+    that waits for a peer blocks, so a hung run's streams end where ranks were stuck."""
     REPLAY = "replay"
     """Re-issued on a real backend (tracer replay): a hung replay's streams end where ranks were stuck."""
     FLIGHT_RECORDER = "flight_recorder"

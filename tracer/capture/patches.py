@@ -103,11 +103,14 @@ def _install_init(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> N
                 f"but the recording simulates {world_size} ranks (--world-size)"
             )
         keep = {k: asked[k] for k in ("timeout", "group_name") if k in asked}
-        # fake mode: the recording backend. local mode: torch's own fake backend, because
-        # LocalTensorMode only computes collectives that reach the dispatcher, and the c10d API
-        # calls a Python process group's methods directly, around it; capture is in local_ops
-        backend = rpg.BACKEND if rec.mode == "fake" else "fake"
-        orig(backend=backend, store=dist.HashStore(), rank=rank, world_size=world_size, **keep)
+        # fake and real mode: the recording backend (real: on gloo, over the store every rank
+        # process shares). local mode: torch's own fake backend, because LocalTensorMode only
+        # computes collectives that reach the dispatcher, and the c10d API calls a Python process
+        # group's methods directly, around it; capture is in local_ops
+        backend = "fake" if rec.mode == "local" else rpg.BACKEND
+        shared = rpg.RecordingProcessGroup.store
+        store = shared() if rec.mode == "real" and shared is not None else dist.HashStore()
+        orig(backend=backend, store=store, rank=rank, world_size=world_size, **keep)
         pg = c10d._get_default_group()
         g = GroupRef(str(pg.group_name), tuple(range(world_size)), "default_pg")
         rec.note_group("init_process_group", g, {"api": "init_process_group"})
@@ -128,9 +131,16 @@ def _install_groups(p: Patcher, rec: Recorder) -> None:
     orig_new = c10d._new_group_with_tag
 
     @functools.wraps(orig_new)
-    def _new_group_with_tag(ranks=None, *args, **kwargs):
+    def _new_group_with_tag(ranks=None, timeout=None, backend=None, backend_options=None, *args, **kwargs):
         _tls.last_name = None
-        pg = orig_new(ranks, *args, **kwargs)
+        # whatever backend a group names ("gloo" side groups, "cpu:gloo,cuda:nccl", NCCL options),
+        # it is served as the default group is: recorded, by the mode's backend (a real gloo
+        # group would wait for peers on a store no other rank process shares in fake mode, and
+        # would not be recorded in real mode). DeviceMesh's "fake" groups (dims it disables)
+        # stay torch's fake groups: they never communicate.
+        if str(backend).lower() != "fake":
+            backend, backend_options = None, None
+        pg = orig_new(ranks, timeout, backend, backend_options, *args, **kwargs)
         if getattr(_tls, "quiet", False):
             return pg
         world = c10d._get_default_group().size()

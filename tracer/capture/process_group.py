@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -69,6 +70,10 @@ class RecordingProcessGroup(dist.ProcessGroup):
     """One process group of one simulated rank (or of rank 0's view in local mode)."""
 
     recorder: Recorder | None = None  # set by the mode before the program runs
+    serve: Callable[..., dist.ProcessGroup] | None = None
+    """real mode: the creator of its groups (tracer/real/backend.py); None: this class."""
+    store: Callable[[], dist.Store] | None = None
+    """real mode: opens the store every rank process shares (init_process_group's)."""
 
     def __init__(self, rank: int, size: int, name: str):
         super().__init__(rank, size)
@@ -300,6 +305,8 @@ def blocking_p2p(fn):
 
 
 def _create(opts, backend_options=None):
+    if RecordingProcessGroup.serve is not None:
+        return RecordingProcessGroup.serve(opts, backend_options)
     return RecordingProcessGroup(opts.group_rank, opts.group_size, str(opts.group_id))
 
 

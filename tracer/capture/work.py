@@ -65,7 +65,7 @@ class RecordingWork(dist.Work):
     def get_future(self):
         fut = WorkFuture(self)
         if self._indices and torch._C._current_graph_task_id() != -1:
-            _wait_when_backward_ends(self)
+            wait_when_backward_ends(self)
         return fut
 
 
@@ -97,7 +97,7 @@ class WorkFuture(torch.futures.Future):
 _backward_waits: dict = {"task": None, "works": []}
 
 
-def _wait_when_backward_ends(work: RecordingWork) -> None:
+def wait_when_backward_ends(work: dist.Work) -> None:
     """Record `work`'s wait when the running backward pass ends (an autograd final callback,
     queued before DDP's own finalize_backward callback, so it runs first), unless it was
     waited on before."""

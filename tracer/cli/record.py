@@ -36,7 +36,10 @@ def record(
         "with --torchtitan: TorchTitan's --training.steps).",
     ),
     mode: str = typer.Option(
-        None, "--mode", help="fake: a process per rank (fake backend); local: one process, LocalTensorMode (SPMD only)."
+        None,
+        "--mode",
+        help="fake: a process per rank (fake backend); local: one process, LocalTensorMode (SPMD only); "
+        "real: a process per rank on real gloo (real values, any CPU program; all ranks at once).",
     ),
     ranks: str = typer.Option(None, "--ranks", help="Ranks to record: all, or e.g. 0,3,8-15."),
     all_ranks: bool = typer.Option(

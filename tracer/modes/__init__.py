@@ -1,4 +1,5 @@
-"""How simulated ranks run: `fake` (a process per rank) and `local` (LocalTensorMode, one process)."""
+"""How simulated ranks run: `fake` (a process per rank), `local` (LocalTensorMode, one process)
+and `real` (a process per rank on real gloo)."""
 
 MODES = {"fake": "fake_backend", "local": "local_tensor"}  # CLI name -> TorchTitan's [comm] mode name
-ALIASES = {"fake": "fake", "fake_backend": "fake", "local": "local", "local_tensor": "local"}
+ALIASES = {"fake": "fake", "fake_backend": "fake", "local": "local", "local_tensor": "local", "real": "real"}

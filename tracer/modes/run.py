@@ -4,6 +4,8 @@ fake mode: this process is one simulated rank (torchrun env of that rank, the pr
 init_process_group served by the recording fake backend).
 local mode: this process runs all ranks under LocalTensorMode(world_size); the program is SPMD,
 so a branch on dist.get_rank() takes rank 0's side on every simulated rank.
+real mode: this process is one rank of a real job (the same torchrun env as in fake mode), its
+process groups carried out by real gloo over one store every rank process shares (tracer/real/).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class Job:
     program: Program
     """What to run."""
     mode: str
-    """"fake" or "local"."""
+    """"fake", "local" or "real"."""
     world_size: int
     """Number of simulated ranks."""
     ranks: list[int]
@@ -82,7 +84,7 @@ def run_job(job: Job) -> int:
     # A dry run computes on whatever bytes the fake collectives leave behind; denormal garbage
     # makes CPU math (Adam's sqrt) up to 100x slower without changing what is communicated.
     torch.set_flush_denormal(True)
-    pg_rank = job.ranks[0] if job.mode == "fake" else 0
+    pg_rank = 0 if job.mode == "local" else job.ranks[0]
     os.environ.update(torchrun_env(pg_rank, job.world_size))
     rec = Recorder(
         mode=job.mode,
@@ -120,6 +122,13 @@ def run_job(job: Job) -> int:
             compiled.install(p, rec.attribution)
             with LocalTensorMode(job.world_size):
                 job.program.run(init_globals={"int": rank_reads.ProgramInt})
+        elif job.mode == "real":
+            from tracer.real import install as real
+
+            real.install(job.parts_dir, job.world_size)
+            rec.attribution.install()
+            compiled.install(p, rec.attribution)
+            job.program.run()
         else:
             from tracer.capture import object_collectives
             from tracer.capture.channel import Channel, channel_dir
@@ -181,6 +190,10 @@ def run_job(job: Job) -> int:
                 dist.destroy_process_group()
             except Exception:
                 pass
+        if job.mode == "real":
+            from tracer.real import install as real
+
+            real.uninstall()
         p.undo()
     return 0 if status == "ok" else code
 

@@ -53,7 +53,7 @@ def _has_torchtitan(path: str | None) -> bool:
 
 def check_mode(mode: str | None) -> None:
     if mode is not None and mode not in ALIASES:
-        raise ValueError(f"--mode must be fake or local (or fake_backend / local_tensor), got {mode!r}")
+        raise ValueError(f"--mode must be fake, local or real (or fake_backend / local_tensor), got {mode!r}")
 
 
 def _from_program(asked: RecordOptions) -> RecordRequest:

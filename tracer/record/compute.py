@@ -30,9 +30,11 @@ def resolve(asked: str, mode: str, cfg=None) -> tuple[str, str]:
     if asked not in COMPUTES:
         raise ValueError(f"--compute must be one of {', '.join(COMPUTES)}, got {asked!r}")
     if asked == "fake" and mode != "fake":
-        raise ValueError("--compute fake needs --mode fake (local mode computes every rank with LocalTensor)")
+        raise ValueError(f"--compute fake needs --mode fake ({mode} mode computes every rank's real values)")
     if asked != "auto":
         return asked, "asked for"
+    if mode == "real":
+        return "real", "real mode runs every rank on real gloo"
     if mode != "fake":
         return "real", "local mode computes with LocalTensor"
     if cfg is None or not cfg.builtin:

@@ -75,7 +75,7 @@ class _Recording:
             parts_dir=self.parts_dir,
             config=dict(request.config, program=request.program.label, args=request.program.args, ranks=self.ranks),
             root=os.getcwd(),
-            threads=_threads(self.workers, len(self.ranks) if request.mode == "fake" else 1),
+            threads=_threads(self.workers, 1 if request.mode == "local" else len(self.ranks)),
             timeout=request.timeout,
             numerics=request.numerics,
         )
@@ -91,6 +91,8 @@ class _Recording:
 
     def _workers(self) -> int:
         req = self.request
+        if req.mode == "real":  # every rank at once: each waits for its peers (request.check_real)
+            return req.world_size
         workers = req.jobs or cpu_count()
         if req.share is not None and req.jobs is None and len(req.share.recorded) <= 2 * workers:
             # a few ranks, all at once: a last round of one rank would leave the other cores idle
@@ -102,7 +104,10 @@ class _Recording:
         return dataclasses.replace(self.template, ranks=ranks, compute=compute or self.request.compute)
 
     def _plan(self) -> list[Job]:
-        """fake mode: a job per rank (with sharing, only the recorded ranks); local: one job."""
+        """fake mode: a job per rank (with sharing, only the recorded ranks); real mode: a job per
+        rank of the world (the asked ones are merged, the others only serve them); local: one job."""
+        if self.request.mode == "real":
+            return [self._job([r]) for r in range(self.request.world_size)]
         if self.request.mode != "fake":
             return [dataclasses.replace(self.template, ranks=self.ranks)]
         first = self.request.share.recorded if self.request.share is not None else self.ranks

@@ -29,7 +29,8 @@ class RecordRequest:
     out: str
     """The trace to write; its ranks stream into OUT.parts/ meanwhile."""
     mode: str = "fake"
-    """"fake" (a process per rank, the fake backend) or "local" (one process, LocalTensorMode)."""
+    """"fake" (a process per rank, the fake backend), "local" (one process, LocalTensorMode) or
+    "real" (a process per rank on real gloo)."""
     ranks: list[int] | None = None
     """Ranks to put in the trace; None: all of them."""
     config: dict = field(default_factory=dict)
@@ -67,8 +68,10 @@ class RecordRequest:
         """Everything the recording needs, checked before any process starts (ValueError, one line)."""
         self.program.check()
         check_numbers(world_size=self.world_size, ranks=self.ranks, timeout=self.timeout, jobs=self.jobs)
-        if Mode.of(self.mode) not in (Mode.FAKE, Mode.LOCAL):
-            raise ValueError(f"--mode must be fake or local, got {self.mode!r}")
+        if Mode.of(self.mode) not in (Mode.FAKE, Mode.LOCAL, Mode.REAL):
+            raise ValueError(f"--mode must be fake, local or real, got {self.mode!r}")
+        if self.mode == "real":
+            check_real(self)
         if self.compute not in ("fake", "real"):
             raise ValueError(f"--compute must be fake or real, got {self.compute!r}")
         if self.compute == "fake" and self.mode != "fake":
@@ -102,6 +105,20 @@ def check_numbers(
         bad = sorted(r for r in ranks if world_size is not None and not 0 <= r < world_size)
         if bad:
             raise ValueError(f"--ranks: {bad[:8]} outside 0..{world_size - 1}")  # type: ignore[operator]  # bad: world_size given
+
+
+def check_real(request: RecordRequest) -> None:
+    """What real mode cannot do, said before any process starts: its ranks wait on each other on
+    real gloo, so they all run at once, on this machine (the FileStore they share lies in the
+    parts folder)."""
+    n = request.world_size
+    if request.jobs is not None and request.jobs < n:
+        raise ValueError(
+            f"--mode real runs all {n} ranks at once (each waits for its peers on real gloo): "
+            f"-j {request.jobs} would leave ranks waiting for peers that never start; leave -j out"
+        )
+    if request.executor != "local":
+        raise ValueError("--mode real runs its ranks on this machine (--executor local): the ranks share one store")
 
 
 def check_output(out: str, program: Program, config_file: str | None = None) -> None:
