@@ -142,7 +142,8 @@ def test_a_scatter_whose_list_local_mode_cannot_hold_is_refused_in_one_line(reco
     assert res.errors[0].startswith(
         "rank 0: RecordError: local mode cannot record this scatter: its root (src 1 of its group) holds the "
         "scatter list, and local mode runs rank 0's Python (a non-root here) for every rank; root it at rank 0, "
-        "or record this program with --mode fake (tests/programs/local_scatter_root.py:11 in <module>)"
+        "or record this program with --mode real (every rank's real values) or --mode fake (the comm pattern) "
+        "(tests/programs/local_scatter_root.py:11 in <module>)"
     )
     assert "scatter" not in [e["op"] for e in stream(load(path), 0)]
     path, res = recorded("local_scatter_root", 4, "fake")

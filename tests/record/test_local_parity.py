@@ -94,7 +94,7 @@ def test_the_patterns_are_what_they_say(real):
 
 
 ONE_RULE = "the program's behaviour depends on its rank ("
-FAKE = "record it with --mode fake"
+FAKE = "record it with --mode real (every rank's real values) or --mode fake (the comm pattern)"
 USES = "tests/programs/rank_uses.py"
 
 

@@ -14,6 +14,7 @@ branches in Python on `numel() > 0`, which would differ per rank).
 import torch
 
 from tracer.capture.patches import Patcher
+from tracer.modes import OTHER_MODES
 
 
 def _lt_cls():
@@ -164,7 +165,7 @@ def install(p: Patcher) -> None:
         if enabled_local_tensor_mode() is not None and factor not in (None, 1.0) and out[2] != ReduceOp.AVG:
             raise RuntimeError(
                 f"local mode: FSDP gradient_divide_factor {factor} reduces with a scaled "
-                f"PREMUL_SUM, which LocalTensor cannot apply (use --mode fake)"
+                f"PREMUL_SUM, which LocalTensor cannot apply (record with {OTHER_MODES})"
             )
         return out
 

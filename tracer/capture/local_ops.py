@@ -23,6 +23,7 @@ from tracer.capture.process_group import reduce_name
 from tracer.capture.rank_values import user_site
 from tracer.capture.recorder import Call, GroupRef, Recorder, RecordError
 from tracer.capture.work import RecordingWork
+from tracer.modes import OTHER_MODES
 
 _NAMESPACES = frozenset({"c10d", "_c10d_functional", "_dtensor"})
 
@@ -124,7 +125,7 @@ def install(p: Patcher, rec: Recorder) -> None:
         if name in _P2P:
             raise RecordError(
                 "p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
-                "in lockstep); record this program with --mode fake"
+                f"in lockstep); record this program with {OTHER_MODES}"
             )
         if _check_for_subclass(pytree.tree_leaves((args, kwargs))):
             # a tensor subclass LocalTensorMode does not know (an un-waited AsyncCollectiveTensor
@@ -249,7 +250,7 @@ def _check(name: str, a: dict) -> None:
         raise RecordError(
             f"local mode cannot record this {op}: its root ({'dst' if op == 'gather' else 'src'} "
             f"{kw.get('root')} of its group) holds the {lst}, and local mode runs rank 0's Python (a "
-            f"non-root here) for every rank; root it at rank 0, or record this program with --mode fake"
+            f"non-root here) for every rank; root it at rank 0, or record this program with {OTHER_MODES}"
         )
     pg = _pg(a.get("process_group", a.get("group_name", a.get("group"))))
     first: Exception | None = None

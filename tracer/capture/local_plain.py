@@ -28,6 +28,7 @@ from tracer.capture import rank_branch
 from tracer.capture.patches import Patcher
 from tracer.capture.rank_values import user_site
 from tracer.capture.recorder import RecordError
+from tracer.modes import OTHER_MODES
 
 
 def _plain(t: object) -> bool:
@@ -65,7 +66,7 @@ def install(p: Patcher) -> None:
                 f"local mode: {user_site(1)} writes a different value on each rank into a plain "
                 f"tensor {tuple(target.shape)} that all simulated ranks share ({func}): make it "
                 "inside the recorded program (torch.tensor / torch.zeros there give one per rank) "
-                "or record with --mode fake"
+                f"or record with {OTHER_MODES}"
             )
         with torch.no_grad():
             target.copy_(shards[0])

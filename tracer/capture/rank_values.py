@@ -33,6 +33,7 @@ import torch
 from torch.distributed._local_tensor import ConstantIntNode, LocalIntNode
 
 from tracer.capture.recorder import RecordError
+from tracer.modes import OTHER_MODES
 
 
 class RankDependent(RecordError):
@@ -44,7 +45,7 @@ def refusal(read: str, use: str, detail: str = "") -> RankDependent:
     what = f"{read}, {use}" + (f"; {detail}" if detail else "")
     return RankDependent(
         f"the program's behaviour depends on its rank ({what}): local mode runs every rank through rank 0's "
-        f"Python and would record rank 0's path for all; record it with --mode fake"
+        f"Python and would record rank 0's path for all; record it with {OTHER_MODES}"
     )
 
 

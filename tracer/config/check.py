@@ -179,12 +179,13 @@ def check_mode(cfg: JobConfig, mode: str) -> None:
     if mode == "local" and cfg.builtin and cfg.parallelism.pipeline_parallel_degree > 1:
         raise ValueError(
             "comm.mode: pipeline parallel needs p2p send/recv, which local_tensor mode cannot "
-            "simulate (LocalTensor runs all ranks in lockstep): use fake_backend (--mode fake)"
+            "simulate (LocalTensor runs all ranks in lockstep): record with --mode real (real values) or "
+            "fake_backend (--mode fake: the comm pattern)"
         )
     if mode == "local" and cfg.builtin and cfg.model.converters:
         raise ValueError(
             "comm.mode: float8 (torchao's Float8 tensor subclasses) cannot run under LocalTensorMode: "
-            "use fake_backend (--mode fake)"
+            "record with --mode real (real values) or fake_backend (--mode fake: the comm pattern)"
         )
 
 

@@ -15,6 +15,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 
+from tracer.modes import OTHER_MODES
 from tracer.record.program import Program
 from tracer.record.result import STOPPED_WITH
 
@@ -277,13 +278,13 @@ def one_line_error(e: BaseException, rec) -> str:
         text = (
             "a Python number read from a tensor whose value differs across ranks (float(loss), .item(), "
             ".tolist()): local mode runs one Python for every rank, so it cannot hold one value per rank; "
-            "reduce it first (dist.all_reduce) or record with --mode fake"
+            f"reduce it first (dist.all_reduce) or record with {OTHER_MODES}"
         )
     if type(e).__name__.endswith("DynamoError") and PER_RANK_SIZE in msg:  # dynamo meets a per-rank size
         text = (
             "torch.compile met a size held per simulated rank (LocalTensor's per-rank "
             "SymInt, which dynamo cannot trace in torch 2.13): local mode cannot compile this region; "
-            "record with --mode fake"
+            f"record with {OTHER_MODES}"
         )
     return f"{text} ({where})" if where else text
 
