@@ -110,6 +110,11 @@ def test_a_hang_times_out_and_the_post_mortem_names_the_stalled_rank(tmp_path):
                    "--timeout", "10", "-o", str(out))  # fmt: skip
     assert p.returncode == 2, p.stderr  # ranks failed: the partial trace is written, exit 2
     assert "timed out after 10 s" in p.stderr and "Traceback" not in p.stderr
+    # each killed rank's log holds where it was stuck: rank 2 in its sleep, the others in the
+    # all_reduce that waits for it (faulthandler, before SIGKILL)
+    for r in range(4):
+        log = open(f"{out}.parts/job_{r:05d}.log").read()
+        assert f'hang_one_rank.py", line {12 if r == 2 else 13} in <module>' in log, (r, log)
     h = run_tracer("analyzer", "hang", str(out), "--json")
     assert h.returncode == 1, h.stderr
     stalled = [f for f in json.loads(h.stdout)["findings"] if f["kind"] == "stalled_rank"]

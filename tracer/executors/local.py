@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import multiprocessing.connection
 import os
+import signal
 import sys
 import time
 
@@ -47,8 +48,10 @@ def _child(job: Job, log: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     # a signal death (a segfault in a C++ extension, an abort) leaves every thread's Python
-    # stack in the log; run_job writes the traceback of an exception there
+    # stack in the log; run_job writes the traceback of an exception there; STACK_SIGNAL (sent
+    # before a timed-out rank is killed) writes where every thread is stuck
     faulthandler.enable(all_threads=True)
+    faulthandler.register(STACK_SIGNAL, all_threads=True)
     from tracer.modes.run import run_job
 
     code = run_job(job)
@@ -60,6 +63,27 @@ def _child(job: Job, log: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+STACK_SIGNAL = signal.SIGUSR1
+"""Asks a rank process for every thread's Python stack (faulthandler, into its log)."""
+
+
+def _stacks_then_kill(procs: list) -> None:
+    """Timed-out ranks: each one's stack into its log first (where it waits: the op, the line),
+    then SIGKILL. faulthandler writes from its signal handler in C, whatever the rank is blocked
+    in. All are signalled before any is killed: a rank of a real job whose peer dies first
+    stops with that peer's error instead of where it was stuck."""
+    for proc in procs:
+        try:
+            os.kill(proc.pid, STACK_SIGNAL)
+        except OSError:
+            pass
+    if procs:
+        time.sleep(0.5)
+    for proc in procs:
+        proc.kill()
+        proc.join()
 
 
 def run(
@@ -110,14 +134,18 @@ def run(
                 proc.start()
                 running[i] = (proc, time.monotonic())
             mp.connection.wait([proc.sentinel for proc, _ in running.values()], timeout=0.2)
-            for i, (proc, started) in list(running.items()):
-                if not proc.is_alive():
+            late = [
+                i
+                for i, (proc, started) in running.items()
+                if timeout and proc.is_alive() and time.monotonic() - started > timeout and i not in waiting
+            ]
+            _stacks_then_kill([running[i][0] for i in late])  # together: none outlives a peer killed first
+            for i, (proc, _started) in list(running.items()):
+                if i in late:
+                    codes[i] = Outcome.timed_out()
+                elif not proc.is_alive():
                     proc.join()
                     codes[i] = Outcome.of_exit(proc.exitcode)
-                elif timeout and time.monotonic() - started > timeout and i not in waiting:
-                    proc.kill()
-                    proc.join()
-                    codes[i] = Outcome.timed_out()
                 else:
                     continue
                 del running[i]
