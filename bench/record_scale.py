@@ -130,7 +130,7 @@ def child(kind: str, config: str, rank: int) -> None:
     """One rank in this (fresh) process; prints its CPU seconds."""
     import torch
 
-    import tracer.capture.fake_compute  # noqa: F401  (the fork server has these loaded)
+    import tracer.fake.compute  # noqa: F401  (the fork server has these loaded)
     import tracer.workloads.train  # noqa: F401
     from tracer import config as config_mod
     from tracer.modes.run import Job, run_job, torchrun_env

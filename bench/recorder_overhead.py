@@ -62,7 +62,7 @@ def worker(out_fd: int) -> None:
     for name in _PRELOAD[1:]:  # what a recording process has loaded: it forks from this server
         importlib.import_module(name)
     from tracer.modes.run import Job, run_job, torchrun_env
-    from tracer.record.program import Program
+    from tracer.program import Program
 
     torch.set_flush_denormal(True)  # as run_job does: garbage denormals would swamp the ratio
     os.environ.update(torchrun_env(0, WORLD))

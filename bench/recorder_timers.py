@@ -41,7 +41,8 @@ _ORIGINALS: list[tuple[object, str, object]] = []
 
 def install() -> None:
     """Wrap the entry points (between recordings: the hooks of a running one hold bound methods)."""
-    from tracer.capture import attribution, channel, ddp, object_collectives, patches, recorder
+    from tracer.capture import attribution, ddp, patches, recorder
+    from tracer.fake import channel, object_collectives
 
     entry_points = {
         recorder.Recorder: ("__init__", "record", "waited", "event", "note_group", "where", "group_ref", "close"),

@@ -56,8 +56,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory):
     """recorded(name, world_size, mode="fake", args=()) -> path of the merged trace (cached)."""
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     cache: dict = {}

@@ -119,3 +119,39 @@ def test_tracer_import_graph_has_no_cycle():
     assert graph.number_of_nodes() > 60 and graph.has_edge("tracer.cli.app", "tracer.cli.record")
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert cycles == []
+
+
+# tracer's floors: the shared hooks under every mode's package; modes never import each other
+_MODE_PACKAGES = ("tracer.fake", "tracer.local", "tracer.real", "tracer.numerics")
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_tracer_capture_imports_no_mode_and_modes_not_each_other():
+    graph = import_graph("tracer")
+    capture = [m for m in graph if _in(m, "tracer.capture")]
+    assert len(capture) >= 10 and all(any(_in(m, p) for m in graph) for p in _MODE_PACKAGES)
+    upward = {
+        m: sorted(t for t in nx.descendants(graph, m) if _in(t, "tracer") and not _in(t, "tracer.capture"))
+        for m in capture
+    }
+    # the shared hooks reach only themselves and the torch-free floors below them
+    assert {m: t for m, t in upward.items() if set(t) - {"tracer.modes"}} == {}
+    across = {
+        (m, t)
+        for p in _MODE_PACKAGES
+        for m in graph
+        if _in(m, p)
+        for t in graph.successors(m)
+        if any(_in(t, q) for q in _MODE_PACKAGES if q != p)
+    }
+    assert across == set()
+
+
+def test_program_and_config_sit_below_what_runs_them():
+    graph = import_graph("tracer")
+    low = [m for m in graph if m == "tracer.program" or _in(m, "tracer.config")]
+    reached = {m: sorted(t for t in nx.descendants(graph, m) if _in(t, "tracer")) for m in low}
+    assert {m: [t for t in ts if t not in low and t != "tracer"] for m, ts in reached.items()} == {m: [] for m in low}

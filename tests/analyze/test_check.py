@@ -84,8 +84,8 @@ def test_healthy_programs_have_no_findings(recorded, name, world, mode):
 @pytest.mark.parametrize("mode", ["fake", "local"])
 @pytest.mark.records
 def test_example_has_no_findings(tmp_path, mode):
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     out = str(tmp_path / "ex.trace")

@@ -120,8 +120,8 @@ def branch_pair(recorded, tmp_path_factory):
     folder = tmp_path_factory.mktemp("nobranch")
     text = open(program("rank_branch")).read().replace("if dist.get_rank() == 1:", "if False:")
     (folder / "rank_branch.py").write_text(text)
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     out = str(folder / "nobranch.trace")

@@ -53,8 +53,8 @@ def test_failed_rank_fails_check_hang_and_diff(recorded, tmp_path):
 
 @pytest.mark.records
 def test_ranks_killed_at_the_timeout_are_named_with_why(tmp_path):
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     out = tmp_path / "h.trace"

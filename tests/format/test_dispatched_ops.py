@@ -7,7 +7,7 @@ import torch.distributed  # noqa: F401  (registers the c10d and functional ops)
 import torch.distributed._functional_collectives  # noqa: F401
 
 from traceformat.ops import COLLECTIVE, DISPATCHED, OPS, P2P
-from tracer.capture import local_ops
+from tracer.capture import dispatched
 
 NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor")
 
@@ -43,8 +43,8 @@ def test_every_collective_torch_registers_is_an_op_of_the_table():
 def test_local_mode_listens_to_every_dispatched_op_of_the_table():
     # LocalTensorMode answers these ops itself: the capture wrapper sees each namespace, records
     # every collective under the table's name and refuses every p2p op
-    assert {name.split("::")[0] for name in DISPATCHED} <= local_ops._NAMESPACES
-    assert {**local_ops._C10D, **local_ops._FUNCTIONAL} == {
+    assert {name.split("::")[0] for name in DISPATCHED} <= dispatched.NAMESPACES
+    assert {**dispatched.C10D, **dispatched.FUNCTIONAL} == {
         n: op for n, op in DISPATCHED.items() if OPS[op].kind == COLLECTIVE
     }
-    assert local_ops._P2P == {n for n, op in DISPATCHED.items() if OPS[op].kind == P2P}
+    assert dispatched.P2P == {n for n, op in DISPATCHED.items() if OPS[op].kind == P2P}

@@ -69,8 +69,8 @@ GLOO = {
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """corpus(program, variant, world) -> path of its --numerics recording (cached)."""
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     root = tmp_path_factory.mktemp("numerics")

@@ -17,8 +17,8 @@ from tracer.capture.code_paths import is_user_path
 
 @pytest.mark.parametrize("mode", ["fake", "local"])
 def test_frames_inside_an_installed_library(tmp_path, mode):
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     site = tmp_path / "lib" / "python3.11" / "site-packages"
@@ -67,8 +67,8 @@ def test_user_paths():
 
 # ---- the module that issued an op: its own forward hooks included --------------------------
 def _record(tmp_path, name: str, mode: str, compute: str = "real"):
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     out = str(tmp_path / f"{name}-{mode}-{compute}.trace")

@@ -14,8 +14,8 @@ COMM = (AG, AG + "_coalesced", RS, RS + "_coalesced", AR + "_coalesced")
 
 
 def _fake_compute(tmp_path) -> str:
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     out = str(tmp_path / "coalesced-fake-compute.trace")

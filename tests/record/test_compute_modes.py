@@ -16,8 +16,8 @@ SKIP = {"ts", "rank", "label", "ranks"}
 
 def _record(cfg_or_script, out, compute, world_size=None):
     from tracer import config
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     if cfg_or_script.endswith(".toml"):

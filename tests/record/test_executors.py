@@ -29,8 +29,8 @@ def local_ray():
 
 
 def _record(name, out, **kwargs):
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     return record(

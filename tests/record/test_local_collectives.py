@@ -114,7 +114,7 @@ def test_all_gather_coalesced_values_per_rank():
     from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from tracer.capture import local_ops
+    from tracer.local import ops as local_ops
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
     try:

@@ -1,4 +1,4 @@
-"""Plain tensors under LocalTensorMode (tracer/capture/local_plain.py).
+"""Plain tensors under LocalTensorMode (tracer/local/plain.py).
 
 Unpatched torch 2.13: `n = torch.tensor(0); n += per_rank` under LocalTensorMode(4) leaves the
 sum of the 4 ranks' values in the one shared `n` (each rank's in-place add runs on it in turn).
@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 
-from tracer.capture import local_plain
 from tracer.capture.patches import Patcher
 from tracer.capture.recorder import RecordError
+from tracer.local import plain as local_plain
 
 
 @pytest.fixture

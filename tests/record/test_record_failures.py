@@ -265,7 +265,7 @@ def test_a_peer_caused_error_reraised_by_the_program_is_still_the_peers():
     the ChannelError inside is what the rank's line says, so the verdict shows the peer's cause."""
     from types import SimpleNamespace
 
-    from tracer.capture.channel import ChannelError
+    from tracer.fake.channel import ChannelError
     from tracer.modes.run import one_line_error
     from tracer.record.result import RankFailure, failure_lines
 

@@ -95,8 +95,8 @@ def module_counts(events, root: str) -> dict[str, dict[str, Counter]]:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """(script, mode) -> (path, loaded trace, RecordResult): one recording per script and mode."""
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     cache: dict = {}

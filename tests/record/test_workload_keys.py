@@ -13,7 +13,7 @@ Per step and rank, tensor parallel with sequence parallel, L blocks:
 import pytest
 from conftest import REPO, stream
 
-from tracer.workloads.pipeline_split import stage_modules
+from tracer.config.pipeline_split import stage_modules
 
 AG, RS, AR = "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"
 

@@ -77,7 +77,7 @@ def test_fake_values_answer_only_commtraces_own_fake_tensors():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from tracer.adapters.torchtitan import fake_values
-    from tracer.capture.fake_compute import FakeCompute
+    from tracer.fake.compute import FakeCompute
 
     saved = torch.Tensor.item, torch.Tensor.__int__, torch.Tensor.__float__
     fake_values.install()

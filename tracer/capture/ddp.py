@@ -16,7 +16,7 @@ fail with "The tensor has a non-zero number of elements, but its data is not all
 
 In those two calls, integer tensors made from nothing (no tensor argument) are that metadata:
 they are made as plain tensors, identical on every simulated rank as they are in an SPMD
-program, and the collectives that carry them are still recorded (local_ops sees every c10d op,
+program, and the collectives that carry them are still recorded (local mode's ops see every c10d op,
 plain or local; the recording backend takes any tensor). Everything else, the gradient buckets
 included, stays local (fake).
 """

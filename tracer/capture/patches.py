@@ -106,7 +106,7 @@ def _install_init(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> N
         # fake and real mode: the recording backend (real: on gloo, over the store every rank
         # process shares). local mode: torch's own fake backend, because LocalTensorMode only
         # computes collectives that reach the dispatcher, and the c10d API calls a Python process
-        # group's methods directly, around it; capture is in local_ops
+        # group's methods directly, around it; capture is in tracer/local/ops.py
         backend = "fake" if rec.mode == "local" else rpg.BACKEND
         shared = rpg.RecordingProcessGroup.store
         store = shared() if rec.mode == "real" and shared is not None else dist.HashStore()

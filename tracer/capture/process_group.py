@@ -12,9 +12,10 @@ reduce-scatter takes this rank's chunk, ...). Garbage bytes are NaNs and negativ
 math 5-100x slower and can flip data-dependent control flow (inf checks, loss scaling); mirrored
 data keeps a dry run's compute plausible at the price of one memcpy per collective.
 
-Except where values decide control flow: inside an object collective or a pipeline stage's
-vote (capture/object_collectives.py) the tensors really travel between the rank processes
-(capture/channel.py, capture/exchange.py), a recv's data arriving at its wait().
+Except where values decide control flow: fake mode sets `carry` so that inside an object
+collective or a pipeline stage's vote (tracer/fake/object_collectives.py) the tensors really
+travel between the rank processes (tracer/fake/channel.py, exchange.py), a recv's data
+arriving at its wait(). Real mode (tracer/real/backend.py) subclasses this group.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from traceformat.ops import OPS
-from tracer.capture import arg_checks, channel, exchange
+from tracer.capture import arg_checks
 from tracer.capture.recorder import Call, Recorder
 from tracer.capture.work import RecordingWork
 
@@ -74,6 +75,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
     """real mode: the creator of its groups (tracer/real/backend.py); None: this class."""
     store: Callable[[], dist.Store] | None = None
     """real mode: opens the store every rank process shares (init_process_group's)."""
+    carry: Callable[[RecordingProcessGroup, Recorder, Call, dict], RecordingWork | None] | None = None
+    """fake mode: the Work of a call whose tensors really travel between the rank processes
+    (tracer/fake/exchange.py: carry); None, or its None: the call's outputs are mirrored."""
 
     def __init__(self, rank: int, size: int, name: str):
         super().__init__(rank, size)
@@ -96,12 +100,10 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def _go(self, call: Call) -> RecordingWork:
         rec = RecordingProcessGroup.recorder
         indices = rec.record(call) if rec is not None else {}
-        if rec is not None and call.op in exchange.CARRIED and channel.carrying():
-            g = rec.group_ref(self)  # an object collective's tensors: really exchanged
-            ch = channel.Channel.current
-            assert ch is not None  # carrying(): a channel is open
-            done = exchange.exchange(ch, call, g.name, g.ranks)
-            return RecordingWork(rec, indices, call.async_op, outputs=call.outputs or call.inputs, on_wait=done)
+        carry = RecordingProcessGroup.carry
+        work = carry(self, rec, call, indices) if rec is not None and carry is not None else None
+        if work is not None:
+            return work
         _mirror(call, self.rank(), self.size())  # only fake mode uses this group (see patches)
         outs = call.outputs if call.outputs or call.op == "barrier" else call.inputs
         # without a recorder (none installed) there is nothing to record the wait into either

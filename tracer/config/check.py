@@ -5,9 +5,9 @@ what the chosen mode cannot simulate (check_mode)."""
 from __future__ import annotations
 
 from tracer.config.keys import did_you_mean
+from tracer.config.pipeline_split import stage_modules
 from tracer.config.quantize import FLOAT8_RECIPES, ROWWISE_RECIPES
 from tracer.config.schema import SCHEDULES, STAGES_PER_RANK, JobConfig
-from tracer.workloads.pipeline_split import stage_modules
 
 AC_MODES = ("none", "selective", "full")
 PRECISIONS = ("bfloat16", "float32")

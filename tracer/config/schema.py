@@ -258,7 +258,7 @@ def program(cfg: JobConfig):
     workload, which gets the checked config as JSON (no re-reading the TOML on every rank)."""
     import json
 
-    from tracer.record.program import Program
+    from tracer.program import Program
 
     if cfg.job.script is not None:
         return Program(script=cfg.job.script, args=list(cfg.job.args))

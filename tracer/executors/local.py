@@ -17,9 +17,9 @@ import sys
 import time
 
 from traceformat.workers import context
-from tracer.capture.channel import blocked_ranks, channel_dir
 from tracer.executors.outcome import Outcome
 from tracer.executors.shared import Progress, helper_jobs, log_path, own_peak_bytes, peak_path
+from tracer.fake.channel import blocked_ranks, channel_dir
 from tracer.modes.run import Job
 
 # imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take
@@ -35,7 +35,7 @@ _PRELOAD = [
     "torch.distributed.pipelining",
     "torch._dynamo",
     "torch._subclasses.fake_tensor",
-    "tracer.capture.fake_compute",
+    "tracer.fake.compute",
     "tracer.workloads.train",
     "tracer.capture.preloaded",  # last: indexes what the modules above hold, for every rank
 ]

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tracer.capture.channel import blocked_ranks, channel_dir
 from tracer.executors.outcome import Outcome
 from tracer.executors.shared import Progress, helper_jobs
+from tracer.fake.channel import blocked_ranks, channel_dir
 from tracer.modes.run import Job
 
 

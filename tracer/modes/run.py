@@ -16,7 +16,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from tracer.modes import OTHER_MODES
-from tracer.record.program import Program
+from tracer.program import Program
 from tracer.record.result import STOPPED_WITH
 
 
@@ -38,12 +38,12 @@ class Job:
     """Folder that user frames are shown relative to."""
     compute: str = "real"
     """"real": tensor math runs; "fake": under FakeTensorMode (shapes only, see
-    capture/fake_compute.py). fake mode only."""
+    fake/compute.py). fake mode only."""
     timeout: float | None = None
     """Seconds a rank waits for a peer's object before it fails (fake mode; None: as long as
     the peer runs)."""
     numerics: bool = False
-    """Record numerics digests per step (local mode; tracer/capture/numerics.py)."""
+    """Record numerics digests per step (local mode; tracer/numerics/hooks.py)."""
     threads: int = 0
     """torch intra-op threads for this process (0: torch's default, one per core). Ranks
     recorded side by side get a share of the cores each: oversubscribed OpenMP threads spin
@@ -107,16 +107,16 @@ def run_job(job: Job) -> int:
         if job.mode == "local":
             from torch.distributed._local_tensor import LocalTensorMode
 
-            from tracer.capture import fsdp_local, local_ops, local_plain, local_rng, rank_reads
+            from tracer.local import fsdp, ops, plain, rank_reads, rng
 
-            local_ops.install(p, rec)
-            local_rng.install(p)
-            local_plain.install(p)
-            fsdp_local.install(p)
+            ops.install(p, rec)
+            rng.install(p)
+            plain.install(p)
+            fsdp.install(p)
             rank_reads.install(p, rec)
             rec.attribution.install()
             if job.numerics:
-                from tracer.capture.numerics import Numerics
+                from tracer.numerics.hooks import Numerics
 
                 num = Numerics(rec, job.world_size)
                 num.install(p)
@@ -131,14 +131,16 @@ def run_job(job: Job) -> int:
             compiled.install(p, rec.attribution)
             job.program.run()
         else:
-            from tracer.capture import object_collectives
-            from tracer.capture.channel import Channel, channel_dir
+            from tracer.capture.process_group import RecordingProcessGroup
+            from tracer.fake import exchange, object_collectives
+            from tracer.fake.channel import Channel, channel_dir
 
             ch = Channel.current = Channel(channel_dir(job.parts_dir), pg_rank, job.timeout)
+            RecordingProcessGroup.carry = exchange.carry
             object_collectives.install(p)
             fake = contextlib.nullcontext()
             if job.compute == "fake":
-                from tracer.capture import fake_compute
+                from tracer.fake import compute as fake_compute
 
                 fake_compute.install(p)
                 fake = fake_compute.FakeCompute(rec)
@@ -151,7 +153,7 @@ def run_job(job: Job) -> int:
             status, error = "error", exit_line(e.code, said.line())
             traceback.print_exc()
     except BaseException as e:  # the program's own failure: recorded, reported as one line,
-        from tracer.capture.channel import PeerRecordedAgain
+        from tracer.fake.channel import PeerRecordedAgain
 
         status, error = "error", one_line_error(e, rec)  # its traceback in the rank's log
         failed = list(getattr(e, "failed_ranks", None) or [])
@@ -160,7 +162,7 @@ def run_job(job: Job) -> int:
             status, error = "error", f"needs real compute: {e}"
             code = NEEDS_REAL_COMPUTE
         elif job.compute == "fake":
-            from tracer.capture import fake_compute
+            from tracer.fake import compute as fake_compute
 
             if fake_compute.is_data_dependent(e):
                 status, error = "error", f"needs real compute: {error}"
@@ -168,7 +170,7 @@ def run_job(job: Job) -> int:
     finally:
         sys.stderr = said.stream
         if ch is not None:
-            from tracer.capture.channel import NEEDS_REAL
+            from tracer.fake.channel import NEEDS_REAL
 
             ch.finished(NEEDS_REAL if code == NEEDS_REAL_COMPUTE else "")
             Channel.current = None
@@ -179,13 +181,14 @@ def run_job(job: Job) -> int:
         if num is not None:
             num.close()
         if job.mode == "local":
-            from tracer.capture import rank_branch
+            from tracer.local import rank_branch
 
             rank_branch.finish_all()
         _close(rec, status, error, failed)
         from tracer.capture import process_group
 
         process_group.RecordingProcessGroup.recorder = None  # closed: nothing may write to it
+        process_group.RecordingProcessGroup.carry = None
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
@@ -252,7 +255,7 @@ def one_line_error(e: BaseException, rec) -> str:
     failure caused by a peer's death (a ChannelError, even one that torch's pipelining or the
     program re-raised as its own RuntimeError) is said as that ChannelError, so the verdict
     (record/result.py) shows the peer's real error first."""
-    from tracer.capture.channel import ChannelError
+    from tracer.fake.channel import ChannelError
 
     cause: BaseException | None = e
     seen: set[int] = set()
@@ -271,7 +274,7 @@ def one_line_error(e: BaseException, rec) -> str:
             break
     text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
     if isinstance(e, (TypeError, RuntimeError)) and "RankInt" in msg:  # torch's C++ takes only a plain int
-        from tracer.capture.rank_values import LAST_READ, refusal
+        from tracer.local.rank_values import LAST_READ, refusal
 
         text = str(refusal(LAST_READ[0] or "a rank read", f"passed where torch takes one Python int ({msg})"))
     if isinstance(e, AssertionError) and PER_RANK_PYTHON_VALUE in msg:  # LocalTensor's own words

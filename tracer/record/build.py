@@ -15,10 +15,10 @@ from traceformat.ranks import parse_ranks
 from tracer import config as config_mod
 from tracer.adapters.torchtitan import request as torchtitan_request
 from tracer.modes import ALIASES
+from tracer.program import Program
 from tracer.record import sharing
 from tracer.record.compute import resolve as resolve_compute
 from tracer.record.options import RecordOptions, pick
-from tracer.record.program import Program
 from tracer.record.request import RecordRequest
 
 Note = Callable[[str], None]

@@ -1,5 +1,5 @@
 """Which compute a recording uses (`--compute` / `[tracer] compute`): real tensor math, or fake
-(FakeTensorMode: shapes only; tracer/capture/fake_compute.py). Both record the same comm
+(FakeTensorMode: shapes only; tracer/fake/compute.py). Both record the same comm
 pattern (tests/record/test_compute_modes.py); they differ in cost and in what they can see.
 
 "auto", the default, picks per job:

@@ -14,8 +14,8 @@ from traceformat.output import cannot_write
 from traceformat.ranks import parse_ranks
 from tracer import config as config_mod
 from tracer.modes import ALIASES
+from tracer.program import Program
 from tracer.record.pipeline import record
-from tracer.record.program import Program
 from tracer.record.request import RecordRequest
 from tracer.record.result import failure_lines
 

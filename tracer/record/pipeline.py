@@ -6,7 +6,7 @@ time. Each process streams its ranks' events into `OUT.parts/rank_NNNNN.part` (o
 event), so a crash, a hang or a SIGKILL keeps everything recorded so far; `merge` joins the
 parts afterwards. Ranks that fake compute could not record (they read a tensor value) are
 recorded again with real compute. Ranks exchange the values of object collectives through
-a channel folder in the parts folder (tracer/capture/channel.py).
+a channel folder in the parts folder (tracer/fake/channel.py).
 
 The stages, in order (record): plan the jobs, run them, verify the shared ranks (and record in
 full what did not verify), record again what needs real compute, merge, and the result. A
@@ -30,9 +30,9 @@ from traceformat.parts import PARTS_GLOB, part_path
 from traceformat.ranks import ranks_text
 from traceformat.workers import cpu_count
 from tracer import executors
-from tracer.capture import channel
 from tracer.executors.outcome import Ending, Outcome
 from tracer.executors.shared import last_line, log_path, read_peaks
+from tracer.fake import channel
 from tracer.modes.run import Job
 from tracer.record import sharing
 from tracer.record.request import RecordRequest

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from traceformat.format import Mode
 from traceformat.output import OutputError, parts_folder, probe, refuse_inputs
 from tracer.executors import EXECUTORS
-from tracer.record.program import Program
+from tracer.program import Program
 from tracer.record.sharing import SharePlan
 
 INSTALL_TORCH = "pip install torch==2.13.0 (pin it: an unpinned torch can pull a multi-GB CUDA build)"
@@ -51,7 +51,7 @@ class RecordRequest:
     """Record only its representatives and verification ranks, derive the other asked ranks by
     relabelling (tracer/record/sharing.py; fake mode)."""
     numerics: bool = False
-    """Record numerics digests per step (--numerics; local mode only: tracer/capture/numerics.py)."""
+    """Record numerics digests per step (--numerics; local mode only: tracer/numerics/hooks.py)."""
     progress: bool = True
     """A progress bar on a terminal."""
 

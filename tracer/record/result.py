@@ -47,7 +47,7 @@ class RankFailure:
     @property
     def caused_by_peer(self) -> bool:
         """It failed waiting for a message from a rank that had failed or finished (a
-        consequence, not the cause: tracer/capture/channel.py's ChannelError), or, in local
+        consequence, not the cause: tracer/fake/channel.py's ChannelError), or, in local
         mode, stopped with the simulated ranks whose arguments were rejected (STOPPED_WITH)."""
         return self.why.startswith(("ChannelError:", STOPPED_WITH))
 

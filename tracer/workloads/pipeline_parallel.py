@@ -9,7 +9,7 @@ Stages are torch's own PipelineStage with static input/output shapes, as TorchTi
 them: the stages then agree on static shapes in a warm-up vote (one int32 tensor forward
 through the stages and back, recorded as the p2p it is) instead of inferring shapes with
 object p2p; the vote carries its real values between fake-mode ranks
-(tracer/capture/object_collectives.py).
+(tracer/fake/object_collectives.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tracer.config import STAGES_PER_RANK, JobConfig
 from tracer.workloads.fsdp import DTYPES
 from tracer.workloads.loss import cross_entropy
 from tracer.workloads.model import Transformer
-from tracer.workloads.pipeline_split import stage_modules
+from tracer.config.pipeline_split import stage_modules
 
 SCHEDULES = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B, "Interleaved1F1B": ScheduleInterleaved1F1B}
 

@@ -1,6 +1,6 @@
 """Under `--compute fake`: the values TorchTitan reads without them deciding communication.
 
-Fake compute (tracer/capture/fake_compute.py) has no tensor values, so a rank that reads one
+Fake compute (tracer/fake/compute.py) has no tensor values, so a rank that reads one
 is recorded again with real compute. TorchTitan 0.3 reads values where they cannot change what
 is communicated:
 - scalars on every step, to observe them: `int(local_valid_tokens)` for its structured log,
@@ -24,7 +24,7 @@ import torch
 import torch.nn.init as nn_init
 from torch._subclasses.fake_tensor import FakeTensor, is_fake
 
-from tracer.capture.fake_compute import FakeCompute
+from tracer.fake.compute import FakeCompute
 
 _real_item = torch.Tensor.item
 _real_int = torch.Tensor.__int__

@@ -3,7 +3,7 @@
 Local mode (`--mode local`) runs every simulated rank in this one process under a
 `LocalTensorMode(world_size)` that commtrace opens around the program (tracer/modes/run.py),
 and answers the program's rank reads per simulated rank, refusing the uses it cannot carry
-(tracer/capture/rank_reads.py, rank_values.py, rank_branch.py). Two things in TorchTitan 0.3's
+(tracer/local/rank_reads.py, rank_values.py, rank_branch.py). Two things in TorchTitan 0.3's
 distributed set-up meet that:
 
 - `init_distributed` reads `$RANK` to check it lies in [0, world size) and to hand it to
@@ -43,7 +43,7 @@ def install() -> None:
     from torch.distributed._local_tensor import local_tensor_mode
     from torchtitan.trainer import Trainer
 
-    from tracer.capture.rank_reads import framework_code, framework_reads
+    from tracer.local.rank_reads import framework_code, framework_reads
 
     real_fake_mode, real_init = tt_dist.init_fake_mode, tt_dist.init_distributed
     if getattr(real_init, "__commtrace_local__", False):
@@ -78,7 +78,7 @@ def _even_loss_parallel(dist, local_tensor_mode, framework_reads) -> None:
     from torchtitan.components import loss as tt_loss
     from torchtitan.components.loss import IGNORE_INDEX
 
-    from tracer.capture.rank_reads import _group_ranks
+    from tracer.local.rank_reads import _group_ranks
 
     fn = getattr(tt_loss, "_LossParallelCrossEntropy", None)
     if fn is None:

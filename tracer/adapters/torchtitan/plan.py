@@ -14,7 +14,7 @@ from tracer.adapters.torchtitan.job import (
     check,
     spmd_types_fsdp_gap,
 )
-from tracer.record.program import Program
+from tracer.program import Program
 
 COMM_MODES = {"fake_backend": "fake", "local_tensor": "local"}
 """TorchTitan's comm.mode -> the commtrace mode it runs in."""

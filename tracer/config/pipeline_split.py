@@ -18,12 +18,16 @@ def stage_modules(n_stages: int, n_layers: int, input_weight: int = 1, output_we
         return [["tok_embeddings", *(f"layers.{i}" for i in range(n_layers)), "norm", "output"]]
     effective = n_layers + input_weight + output_weight
     if n_stages > effective:
-        raise ValueError(f"{n_stages} pipeline stages cannot split {n_layers} layers (+ {input_weight} for "
-                         f"tok_embeddings, + {output_weight} for norm and output): more stages than layers")
+        raise ValueError(
+            f"{n_stages} pipeline stages cannot split {n_layers} layers (+ {input_weight} for "
+            f"tok_embeddings, + {output_weight} for norm and output): more stages than layers"
+        )
     per, extra = divmod(effective, n_stages)
     if input_weight > per or output_weight > per:
-        raise ValueError(f"pipeline_parallel_first/last_stage_less_layers ({input_weight}/{output_weight}) exceed "
-                         f"the {per} layers per stage of {n_layers} layers over {n_stages} stages")
+        raise ValueError(
+            f"pipeline_parallel_first/last_stage_less_layers ({input_weight}/{output_weight}) exceed "
+            f"the {per} layers per stage of {n_layers} layers over {n_stages} stages"
+        )
     stages, layer = [], 0
     for s in range(n_stages):
         count = per + (s < extra)

@@ -1,5 +1,5 @@
 """Digests of tensor values made from every simulated rank's shard, in this process, without a
-collective (local mode's numerics, tracer/capture/numerics.py): each rank's plain value, the
+collective (local mode's numerics, tracer/numerics/hooks.py): each rank's plain value, the
 sibling meshes of a DTensor's submesh, Partial shards reduced elementwise, and the (sum, sum of
 squares, max |x|) digests of them, added up over disjoint parts."""
 

@@ -36,7 +36,9 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from traceformat import numerics as fmt_numerics
-from tracer.capture.digests import (
+from tracer.capture.patches import Patcher
+from tracer.capture.recorder import Recorder, tensor_dtype
+from tracer.numerics.digests import (
     Digest,
     add_up,
     digests_of,
@@ -47,8 +49,6 @@ from tracer.capture.digests import (
     reduce_partial,
     sibling_grids,
 )
-from tracer.capture.patches import Patcher
-from tracer.capture.recorder import Recorder, tensor_dtype
 
 
 class Numerics:

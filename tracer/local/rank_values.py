@@ -11,7 +11,7 @@ LocalTensorMode runs one Python for all simulated ranks. A rank read by the prog
   Python ints stays per rank and keeps where the rank was read;
 - a comparison is computed per rank: where every rank agrees it is a plain bool (`rank < world`),
   otherwise a `RankBool`, whose only accepted use is the test of an `if` that rank 0 takes and
-  that only observes (capture/rank_branch.py: a rank-0 print, log or save);
+  that only observes (local/rank_branch.py: a rank-0 print, log or save);
 - every other use that needs one Python value while the ranks' values differ (an `int()`, an
   index into a Python list, a dict key, `torch.tensor([rank])`, a float, an object sent to a
   collective) is refused in one line naming the read and the use.

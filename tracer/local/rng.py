@@ -108,8 +108,8 @@ def install(p: Patcher) -> None:
     orig_seed = lt._LocalRandom.torch_manual_seed
 
     def manual_seed(seed):
-        from tracer.capture import rank_branch
-        from tracer.capture.rank_values import user_site
+        from tracer.local import rank_branch
+        from tracer.local.rank_values import user_site
 
         if rank_branch.ACTIVE:  # rank 0 alone reseeds: its later draws would differ from the others'
             raise rank_branch.ACTIVE[-1].refuse("seeds the random generator", user_site(1))

@@ -14,7 +14,7 @@ take rank 0's side only when what the other ranks do instead cannot change what 
    (a progress bar created and updated under `if rank == 0:` is fine) — read from the source;
 4. while it runs (rank 0 alone), it issues no collective, writes no tensor that existed before it,
    and draws no random numbers (each would change rank 0's later values or communication only):
-   checked on every op it dispatches (capture/local_ops.py), calls made from it included.
+   checked on every op it dispatches (local/ops.py), calls made from it included.
    A tensor read in it (`loss.item()` for a log line) is rank 0's value, as rank 0 prints it.
 
 Anything else is refused in one line naming the rank read, the branch and why (rank_values'
@@ -28,8 +28,8 @@ import sys
 import weakref
 from typing import Any
 
-from tracer.capture import rank_values
-from tracer.capture.rank_values import RankBool, refusal, rel
+from tracer.local import rank_values
+from tracer.local.rank_values import RankBool, refusal, rel
 
 ACTIVE: list[_Branch] = []
 """Rank-0 branches running now (innermost last)."""

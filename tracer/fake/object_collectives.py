@@ -19,8 +19,8 @@ import functools
 import torch.distributed.distributed_c10d as c10d
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from tracer.capture import channel
 from tracer.capture.patches import Patcher
+from tracer.fake import channel
 
 OBJECT_APIS = (
     "broadcast_object_list",

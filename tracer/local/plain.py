@@ -24,10 +24,10 @@ import torch.distributed._local_tensor as lt
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 from torch.utils import _pytree as pytree
 
-from tracer.capture import rank_branch
 from tracer.capture.patches import Patcher
-from tracer.capture.rank_values import user_site
 from tracer.capture.recorder import RecordError
+from tracer.local import rank_branch
+from tracer.local.rank_values import user_site
 from tracer.modes import OTHER_MODES
 
 

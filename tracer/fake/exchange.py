@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import torch
 
-from tracer.capture import channel
-from tracer.capture.channel import Channel
-from tracer.capture.recorder import Call, RecordError
+from tracer.capture.recorder import Call, Recorder, RecordError
+from tracer.capture.work import RecordingWork
+from tracer.fake import channel
+from tracer.fake.channel import Channel
 
 CARRIED = frozenset({"all_gather", "all_gather_into_tensor", "broadcast", "gather", "scatter", "send", "recv"})
 
@@ -34,6 +35,18 @@ def fill(t: torch.Tensor, data: bytes, what: str) -> None:
     if want:
         src = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(t.dtype).view(t.shape)
         t.copy_(src)
+
+
+def carry(pg, rec: Recorder, call: Call, indices: dict) -> RecordingWork | None:
+    """The recording group's `carry` in fake mode: the Work of a call whose tensors really travel
+    (an object collective's, inside channel.carry), or None (mirrored as any other)."""
+    if call.op not in CARRIED or not channel.carrying():
+        return None
+    g = rec.group_ref(pg)
+    ch = channel.Channel.current
+    assert ch is not None  # carrying(): a channel is open
+    done = exchange(ch, call, g.name, g.ranks)
+    return RecordingWork(rec, indices, call.async_op, outputs=call.outputs or call.inputs, on_wait=done)
 
 
 def exchange(ch: Channel, call: Call, group: str, members: tuple[int, ...]) -> Callable[[], None] | None:

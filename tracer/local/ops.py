@@ -8,94 +8,20 @@ member of every sibling group with that rank's own shapes (uneven shards, a2a sp
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode, _check_for_subclass, _map_to_rank_local_val
 from torch.distributed._local_tensor import _c10d as local_c10d
 from torch.utils import _pytree as pytree
 
-from traceformat.ops import COLLECTIVE_OPS, DISPATCHED, OPS, P2P_OPS
-from tracer.capture import arg_checks, rank_branch
+from tracer.capture import arg_checks
+from tracer.capture.dispatched import C10D, FUNCTIONAL, NAMESPACES, P2P, arguments, describe, flat, resolve_group
 from tracer.capture.patches import Patcher
-from tracer.capture.process_group import reduce_name
-from tracer.capture.rank_values import user_site
-from tracer.capture.recorder import Call, GroupRef, Recorder, RecordError
+from tracer.capture.recorder import GroupRef, Recorder, RecordError
 from tracer.capture.work import RecordingWork
+from tracer.local import rank_branch
+from tracer.local.rank_values import user_site
 from tracer.modes import OTHER_MODES
-
-_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_dtensor"})
-
-# dispatcher op -> the op recorded for it, from the op table: c10d's ops (the arguments read
-# before it runs) and the functional ones (read after, from the result)
-_C10D = {name: op for name, op in DISPATCHED.items() if name.startswith("c10d::") and op in COLLECTIVE_OPS}
-_FUNCTIONAL = {name: op for name, op in DISPATCHED.items() if not name.startswith("c10d::") and op in COLLECTIVE_OPS}
-_P2P = frozenset(name for name, op in DISPATCHED.items() if op in P2P_OPS)
-
-
-def _flat(x) -> list:
-    if isinstance(x, (list, tuple)):
-        return [t for item in x for t in _flat(item)]
-    return [x]
-
-
-def _pg(x):
-    if isinstance(x, str):
-        return dist.distributed_c10d._resolve_process_group(x)
-    if isinstance(x, torch._C.ScriptObject):
-        return dist.ProcessGroup.unbox(x)
-    return x
-
-
-def _arguments(func, args, kwargs) -> dict[str, Any]:
-    names = [a.name for a in func._schema.arguments]
-    out = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
-    out.update(zip(names, args))
-    out.update(kwargs)
-    return out
-
-
-def _describe(name: str, a: dict, result) -> Call:
-    """Build the Call for a c10d op (before it runs) or a functional op (after, from its result)."""
-    if name in _C10D:
-        op = _C10D[name]
-        call = Call(op, _pg(a["process_group"]), async_op=bool(a.get("async_op", False)))
-        if OPS[op].in_place:
-            call.inputs = call.outputs = list(a["tensors"])
-        elif op == "barrier":
-            pass
-        else:
-            ins = next(a[k] for k in ("input_tensors", "input_tensor", "inputs", "input_list", "input") if k in a)
-            outs = next(
-                a[k] for k in ("output_tensors", "output_tensor", "outputs", "output_lists", "output") if k in a
-            )
-            call.inputs, call.outputs = _flat(ins), _flat(outs)
-        if "reduce_op" in a:
-            call.reduce_op = reduce_name(a["reduce_op"])
-        if "root_rank" in a:
-            call.root = int(a["root_rank"])
-        if op == "all_to_all_single":
-            call.splits = (list(a["input_split_sizes"]), list(a["output_split_sizes"]))
-        return call
-    op = _FUNCTIONAL[name]
-    group = a.get("group_name", a.get("group"))
-    call = Call(op, _pg(group), async_op=True)
-    ins = a.get("input", a.get("inputs"))
-    call.inputs = _flat(ins)
-    call.outputs = _flat(a["out"]) if "out" in a else _flat(result)
-    if "reduce_op" in a:
-        call.reduce_op = reduce_name(a["reduce_op"])
-    if "src" in a:
-        call.root = int(a["src"])
-    if op == "all_to_all_single":
-        if "input_split_sizes" in a:
-            call.splits = (list(a["input_split_sizes"] or []), list(a["output_split_sizes"] or []))
-        elif name == "_dtensor::shard_dim_alltoall" and call.inputs and call.pg is not None:
-            # it sends each peer one shard_dim chunk, not a block of dim-0 rows: splits in elements
-            n = call.pg.size()
-            call.splits = ([call.inputs[0].numel() // n] * n, [call.outputs[0].numel() // n] * n)
-    return call
 
 
 def _view(x, rank: int):
@@ -118,11 +44,11 @@ def install(p: Patcher, rec: Recorder) -> None:
             out = _in_rank0_branch(orig, self, func, types, args, kwargs or {})
             if out is not _GO:
                 return out
-        if func.namespace not in _NAMESPACES or rec.busy:
+        if func.namespace not in NAMESPACES or rec.busy:
             return orig(self, func, types, args, kwargs)
         name = func._schema.name
         kwargs = kwargs or {}
-        if name in _P2P:
+        if name in P2P:
             raise RecordError(
                 "p2p send/recv cannot be simulated in local mode (LocalTensor runs all ranks "
                 f"in lockstep); record this program with {OTHER_MODES}"
@@ -138,9 +64,9 @@ def install(p: Patcher, rec: Recorder) -> None:
             if pending:
                 rec.waited(pending.pop())
             return orig(self, func, types, args, kwargs)
-        if name not in _C10D and name not in _FUNCTIONAL:
+        if name not in C10D and name not in FUNCTIONAL:
             return orig(self, func, types, args, kwargs)
-        a = _arguments(func, args, kwargs)
+        a = arguments(func, args, kwargs)
         _check(name, a)  # what NCCL / Gloo would reject raises here, before anything runs
         rec.busy = True
         try:
@@ -150,20 +76,20 @@ def install(p: Patcher, rec: Recorder) -> None:
                 result = orig(self, func, types, args, kwargs)
         finally:
             rec.busy = False
-        call = _describe(name, a, result)
+        call = describe(name, a, result)
         indices = rec.record(call)
-        if name in _C10D:
+        if name in C10D:
             pair = isinstance(result, tuple) and len(result) == 2
             if call.async_op and (pair or isinstance(result, torch._C.ScriptObject)):
                 # LocalTensorMode's FakeWork has a value-less future (DDP's reducer reads the
                 # reduced bucket from it). The Python half of a boxed Work dies with its last
                 # Python reference, and a wait on it then hangs: keep it alive until waited on
-                outs = _flat(result[0]) if pair else (call.outputs or call.inputs)
+                outs = flat(result[0]) if pair else (call.outputs or call.inputs)
                 work = dist.Work.boxed(RecordingWork(rec, indices, True, keep=live, outputs=outs))
                 return (result[0], work) if pair else work
             return result
         pending = [indices]
-        for t in _flat(result):
+        for t in flat(result):
             waits[_storage_key(t)] = pending
         return result
 
@@ -174,14 +100,14 @@ _GO = object()
 
 
 def _in_rank0_branch(orig, mode, func, types, args, kwargs):
-    """An op dispatched inside a rank-0 branch (capture/rank_branch.py): rank 0 alone runs it, so
+    """An op dispatched inside a rank-0 branch (local/rank_branch.py): rank 0 alone runs it, so
     a collective, a write to a tensor made before the branch or a random draw is refused; a
     tensor read (`loss.item()` for a log line) is rank 0's value."""
     branch = rank_branch.ACTIVE[-1]
     name = func._schema.name
-    if name in _C10D or name in _FUNCTIONAL or name in _P2P:
-        raise branch.refuse(f"issues {_C10D.get(name) or _FUNCTIONAL.get(name) or name}", user_site(1))
-    if func.namespace in _NAMESPACES:
+    if name in C10D or name in FUNCTIONAL or name in P2P:
+        raise branch.refuse(f"issues {C10D.get(name) or FUNCTIONAL.get(name) or name}", user_site(1))
+    if func.namespace in NAMESPACES:
         return _GO
     if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], LocalTensor):
         local = args[0]._local_tensors
@@ -196,7 +122,7 @@ def _in_rank0_branch(orig, mode, func, types, args, kwargs):
             if written and isinstance(value, torch.Tensor) and value not in branch.fresh:
                 raise branch.refuse(f"writes a tensor ({func})", user_site(1))
     out = orig(mode, func, types, args, kwargs)
-    for t in _flat(out):
+    for t in flat(out):
         if isinstance(t, torch.Tensor):
             branch.fresh.add(t)
     return out
@@ -214,8 +140,8 @@ def _one(x) -> list:
 def _backend_args(name: str, a: dict) -> tuple[str, list, list, dict]:
     """(op, inputs, outputs, keywords) of an op as a ProcessGroup method receives them, for
     arg_checks."""
-    if name in _C10D:
-        op = _C10D[name]
+    if name in C10D:
+        op = C10D[name]
         ins = next((a[k] for k in ("input_tensors", "input_tensor", "inputs", "input_list", "input") if k in a), None)
         outs = next(
             (a[k] for k in ("output_tensors", "output_tensor", "outputs", "output_lists", "output") if k in a), None
@@ -226,7 +152,7 @@ def _backend_args(name: str, a: dict) -> tuple[str, list, list, dict]:
         if op == "all_to_all_single":
             kw["splits"] = (list(a["input_split_sizes"]), list(a["output_split_sizes"]))
         return op, _one(ins), _one(outs), kw
-    op = _FUNCTIONAL[name]
+    op = FUNCTIONAL[name]
     ins = _one(a.get("input", a.get("inputs", [])))
     kw = {"root": int(a["src"])} if "src" in a else {}
     if "input_split_sizes" in a and name != "_dtensor::shard_dim_alltoall":
@@ -242,7 +168,7 @@ def _check(name: str, a: dict) -> None:
     """arg_checks on every simulated rank, each with its own tensors and group rank, before the
     op runs; raises the first rank's error (torch's exception type), naming the ranks it failed
     on in `failed_ranks` (run.py closes those with the error, the others as stopped)."""
-    if name == "c10d::barrier" or (name not in _C10D and name not in _FUNCTIONAL):
+    if name == "c10d::barrier" or (name not in C10D and name not in FUNCTIONAL):
         return
     op, ins, outs, kw = _backend_args(name, a)
     if op in ("gather", "scatter") and not any(outs if op == "gather" else ins):
@@ -252,7 +178,7 @@ def _check(name: str, a: dict) -> None:
             f"{kw.get('root')} of its group) holds the {lst}, and local mode runs rank 0's Python (a "
             f"non-root here) for every rank; root it at rank 0, or record this program with {OTHER_MODES}"
         )
-    pg = _pg(a.get("process_group", a.get("group_name", a.get("group"))))
+    pg = resolve_group(a.get("process_group", a.get("group_name", a.get("group"))))
     first: Exception | None = None
     failed = []
     for group in _local_groups(pg):
@@ -273,7 +199,7 @@ def _check(name: str, a: dict) -> None:
 def _all_gather_coalesced(a: dict):
     """c10d.allgather_coalesced_: output list k of every member holds member k's inputs."""
     outs, ins = a["output_lists"], a["input_list"]
-    for group in _local_groups(_pg(a["process_group"])):
+    for group in _local_groups(resolve_group(a["process_group"])):
         for k, m in enumerate(group):
             for i, t in enumerate(ins):
                 for r in group:
@@ -290,7 +216,7 @@ def _reduce_scatter_list(a: dict):
     """c10d.reduce_scatter_: rank i of each group gets the reduction of every member's i-th input."""
     outs, ins = a["output_tensors"], a["input_tensors"]
     op = a["reduce_op"].op()
-    for group in _local_groups(_pg(a["process_group"])):
+    for group in _local_groups(resolve_group(a["process_group"])):
         for i, r in enumerate(group):
             parts = [ins[0][i]._local_tensors[m] for m in group]
             outs[0]._local_tensors[r].copy_(local_c10d._local_reduce(op, parts))
@@ -302,7 +228,7 @@ def _reduce(a: dict):
     """c10d.reduce_: the root of each group gets the reduction; the others keep their input."""
     tensors = a["tensors"]
     op, root = a["reduce_op"].op(), int(a["root_rank"])
-    for group in _local_groups(_pg(a["process_group"])):
+    for group in _local_groups(resolve_group(a["process_group"])):
         reduced = local_c10d._local_reduce(op, [tensors[0]._local_tensors[m] for m in group])
         tensors[0]._local_tensors[group[root]].copy_(reduced)
     return dist.Work.boxed(local_c10d.FakeWork())
@@ -315,7 +241,7 @@ def _gather(a: dict):
     outs, ins = a["output_tensors"], a["input_tensors"]
     root = int(a["root_rank"])
     if outs and outs[0]:
-        for group in _local_groups(_pg(a["process_group"])):
+        for group in _local_groups(resolve_group(a["process_group"])):
             for i, m in enumerate(group):
                 outs[0][i]._local_tensors[group[root]].copy_(ins[0]._local_tensors[m])
     return dist.Work.boxed(local_c10d.FakeWork())

@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import (
     unset_fake_temporarily,
 )
 
-from tracer.capture import local_ops  # how a functional collective's arguments become a Call
+from tracer.capture import dispatched  # how a functional collective's arguments become a Call
 from tracer.capture.patches import Patcher
 from tracer.capture.recorder import Recorder
 
@@ -57,7 +57,7 @@ class FakeCompute(FakeTensorMode):
         super().__init__(allow_non_fake_inputs=True)
         self._rec = rec
         # storage of a functional collective's output -> its event indices; the wait comes
-        # through another tensor over the same storage (the autograd wrapper's), as in local_ops
+        # through another tensor over the same storage (the autograd wrapper's), as in local mode's ops
         self._pending: dict[int, dict[int, int]] = {}
         self._busy = False
 
@@ -77,9 +77,9 @@ class FakeCompute(FakeTensorMode):
             if indices:
                 self._rec.waited(indices)
             return super().__torch_dispatch__(func, types, args, kwargs)
-        if name not in local_ops._FUNCTIONAL:
+        if name not in dispatched.FUNCTIONAL:
             return super().__torch_dispatch__(func, types, args, kwargs)
-        for t in local_ops._flat(args) + local_ops._flat(list((kwargs or {}).values())):
+        for t in dispatched.flat(args) + dispatched.flat(list((kwargs or {}).values())):
             # a fake tensor made from a Python constant (`torch.tensor(n)`) keeps its value, and
             # an op on constants only runs for real: the real collective would then reach the
             # process group and be recorded a second time
@@ -92,9 +92,9 @@ class FakeCompute(FakeTensorMode):
             self._busy = False
         if result is NotImplemented:  # a tensor subclass argument (torchao's Float8TrainingTensor)
             return result  # handles it: it unwraps and calls the op again, which is recorded then
-        a = local_ops._arguments(func, args, kwargs or {})
-        indices = self._rec.record(local_ops._describe(name, a, result))
-        for t in local_ops._flat(result):
+        a = dispatched.arguments(func, args, kwargs or {})
+        indices = self._rec.record(dispatched.describe(name, a, result))
+        for t in dispatched.flat(result):
             if isinstance(t, torch.Tensor):
                 self._pending[_storage_key(t)] = indices
         return result

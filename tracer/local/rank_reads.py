@@ -5,7 +5,7 @@ LocalTensorMode runs one Python for every simulated rank. When the program's own
 `get_local_rank()` / `get_coordinate()`, `$RANK` / `$LOCAL_RANK` / `$ROLE_RANK`, and
 torch.utils.data's reads: a DistributedSampler picks the program's data) it gets a
 `rank_values.RankInt`, one value per simulated rank, and every use of it follows one rule
-(capture/rank_values.py: carried per rank, a rank-0 observing branch, or a one-line refusal).
+(local/rank_values.py: carried per rank, a rank-0 observing branch, or a one-line refusal).
 torch's own reads (its set-up, DDP, FSDP, DTensor) get rank 0's plain int, as LocalTensor expects.
 
 `int(os.environ["RANK"])`: CPython turns what `str.__int__` returns into a plain int, so the
@@ -28,9 +28,9 @@ import torch.distributed as dist
 from torch.distributed._local_tensor import _c10d as local_c10d
 from torch.distributed._local_tensor import _LocalDeviceMesh
 
-from tracer.capture import rank_branch, rank_values
 from tracer.capture.patches import Patcher
-from tracer.capture.rank_values import RankDependent, RankInt, RankText, refusal
+from tracer.local import rank_branch, rank_values
+from tracer.local.rank_values import RankDependent, RankInt, RankText, refusal
 
 __all__ = ["RankDependent", "framework_code", "framework_reads", "install"]
 
