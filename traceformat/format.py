@@ -344,6 +344,8 @@ class TraceData:
     ends: dict[int, dict] = field(default_factory=dict)
     numerics: list[dict] = field(default_factory=list)
     """Numerics records in file order (traceformat/numerics.py), each as written."""
+    rank_numerics: list[dict] = field(default_factory=list)
+    """A real-mode part's own digests (numerics.RANK_RECORD), combined into `numerics` at merge."""
     complete: bool = False  # footer seen
     truncated_at: int | None = None  # byte offset where decoding stopped early
     notes: list[str] = field(default_factory=list)

@@ -1,5 +1,5 @@
 """The numerics record (format v2.1): digests of tensor values per step, recorded by
-`tracer record --mode local --numerics`. Torch-free; with format.py and reader.py the only code
+`tracer record --mode local|real --numerics`. Torch-free; with format.py and reader.py the only code
 that knows the bytes (docs/trace-format.md, "Numerics").
 
 One record per step and recording process, written after the step's events:
@@ -79,3 +79,53 @@ def _per_rank_ok(d: dict) -> bool:
         return False
     k = len(d.get("rank", []))
     return all(isinstance(d.get(key), list) and len(d[key]) == k for key in ("rank", "sum", "sumsq", "amax"))
+
+
+# ---- real mode: each rank process's own digests, combined into numerics records at merge ----
+RANK_RECORD = "numerics_rank"
+"""The `t` of one rank's own digests of one step (real mode: every rank process knows only its
+own shard). `tracer record` combines them into numerics records when it merges the parts
+(tracer/numerics/combine.py); a merged trace holds none. Readers older than this skip them."""
+
+RANK_FIELDS: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+    *(f for f in FIELDS if f[0] != "ranks"),  # sum / sumsq / amax of this rank's local value
+    ("part_of", bool),  # an activation (distinct values are parts of the global one), else a parameter's
+    ("mesh", (list, type(None))),  # a sharded value: its mesh's global ranks as nested lists
+    ("placements", (list, type(None))),  # per mesh dim: "S(d)", "R", "P(op)"
+    ("raw", (bytes, type(None))),  # a Partial value: its local elements, float64 little-endian
+)
+"""Columns of a rank record; `what` also takes "init" (a plain parameter at the first forward:
+whether its ranks start equal, i.e. are replicas)."""
+
+UNMAPPED_LAYOUT = "unmapped: "
+"""A layout that starts so (then the reason): how the value maps onto the global one is not
+known; it is listed, never compared (rank and numerics records alike)."""
+RANK_FIELD_NAMES = tuple(name for name, _ in RANK_FIELDS)
+
+
+def rank_record(step: int, rank: int, columns: dict[str, list]) -> dict:
+    """One rank's digests of one step (columns: RANK_FIELD_NAMES, equal lengths)."""
+    return {
+        "t": RANK_RECORD,
+        "step": int(step),
+        "rank": int(rank),
+        "c": {n: list(columns[n]) for n in RANK_FIELD_NAMES},
+    }
+
+
+def decode_rank(rec: dict) -> dict[str, Any]:
+    """A rank record checked: {"step", "rank", "c"}; NumericsError when malformed."""
+    step, rank, cols = rec.get("step"), rec.get("rank"), rec.get("c")
+    if type(step) is not int or step < 0 or type(rank) is not int or rank < 0 or not isinstance(cols, dict):
+        raise NumericsError("rank numerics record without a step, rank or columns")
+    lengths = set()
+    out: dict[str, list] = {}
+    for name, types in RANK_FIELDS:
+        col = cols.get(name)
+        if not isinstance(col, list) or not all(isinstance(v, types) for v in col):
+            raise NumericsError(f"rank numerics column {name} missing or of a wrong type")
+        lengths.add(len(col))
+        out[name] = col
+    if len(lengths) > 1:
+        raise NumericsError("rank numerics columns of unequal length")
+    return {"step": step, "rank": rank, "c": out}

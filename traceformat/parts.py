@@ -5,7 +5,7 @@ knows the bytes; torch-free like it."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -85,11 +85,15 @@ def _rank_end(data: TraceData, rank: int) -> dict:
 
 
 def merge(
-    parts: Iterable[str | os.PathLike | TraceData], out_path: str | os.PathLike, header_updates: dict | None = None
+    parts: Iterable[str | os.PathLike | TraceData],
+    out_path: str | os.PathLike,
+    header_updates: dict | None = None,
+    combine_numerics: Callable[[list[dict]], list[dict]] | None = None,
 ) -> TraceData:
     """Join per-rank parts (rows) into one trace of column blocks, remapping atoms and groups
     to one table. A part may be given decoded (a TraceData, e.g. one derived by relabelling:
-    traceformat/relabel.py). Returns a summary TraceData (header, groups, ends, notes; no columns)."""
+    traceformat/relabel.py). Returns a summary TraceData (header, groups, ends, notes; no columns).
+    combine_numerics: turns every part's rank numerics records (real mode) into numerics records."""
     parts = [p if isinstance(p, TraceData) else os.fspath(p) for p in parts]
     if not parts:
         raise TraceFormatError("no parts to merge")
@@ -97,6 +101,7 @@ def merge(
     header = dict(headers[0], part=False, ranks=sorted({r for h in headers for r in h.get("ranks", [])}))
     header.update(header_updates or {})
     summary = TraceData(header=header)
+    rank_numerics: list[dict] = []
     with atomic_path(out_path) as tmp:  # a failed or interrupted merge leaves out_path as it was
         writer = TraceWriter(tmp, header)
         tables = _Tables(writer)
@@ -107,9 +112,12 @@ def merge(
                 for rank, cols in tables.remap(data).items():
                     writer.block(rank, cols)
                 writer.numerics(data.numerics)
+                rank_numerics.extend(data.rank_numerics)
                 for rank in data.header.get("ranks", []):
                     end = summary.ends[rank] = _rank_end(data, rank)
                     writer.end(rank, end["n"], end["status"], end["error"])
+            if rank_numerics and combine_numerics is not None:
+                writer.numerics(combine_numerics(rank_numerics))
             writer.footer()
             summary.groups = tables.groups
             summary.complete = True

@@ -188,6 +188,12 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout
         except numerics.NumericsError as e:
             raise TraceFormatError(str(e)) from None
         trace.numerics.append(rec)
+    elif kind == numerics.RANK_RECORD:
+        try:
+            numerics.decode_rank(rec)
+        except numerics.NumericsError as e:
+            raise TraceFormatError(str(e)) from None
+        trace.rank_numerics.append(rec)
     elif kind == "footer":
         trace.complete = True
     elif kind == "header":

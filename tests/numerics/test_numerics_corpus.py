@@ -27,8 +27,8 @@ grad_factor (dp x tp = 2 x 2, gradients averaged over dp divided by the world si
   buggy, world 4: loss 0.94436717, emb.weight -1.26920142 (every rank the same).
   healthy, world 4: loss 0.811873317, emb.weight -0.994991327.
 
-Local mode reproduces those figures (test_local_mode_matches_gloo): the recording is of the
-program gloo runs.
+Local mode and real mode reproduce those figures (test_recorded_values_match_gloo): the
+recording is of the program gloo runs.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ GLOO = {
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """corpus(program, variant, world) -> path of its --numerics recording (cached)."""
+    """corpus(program, variant, world, mode="local") -> path of its --numerics recording (cached)."""
     from tracer.program import Program
     from tracer.record.pipeline import record
     from tracer.record.request import RecordRequest
@@ -76,22 +76,22 @@ def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("numerics")
     cache: dict = {}
 
-    def get(name: str, variant: str, world: int) -> str:
-        if (name, variant, world) not in cache:
-            out = str(root / f"{name}-{variant}-{world}.trace")
+    def get(name: str, variant: str, world: int, mode: str = "local") -> str:
+        if (name, variant, world, mode) not in cache:
+            out = str(root / f"{name}-{variant}-{world}-{mode}.trace")
             res = record(
                 RecordRequest(
                     program=Program(script=os.path.join(CORPUS, name + ".py"), args=[variant]),
                     world_size=world,
                     out=out,
-                    mode="local",
+                    mode=mode,
                     numerics=True,
                     progress=False,
                 )
             )
             assert res.errors == {}, res.errors
-            cache[name, variant, world] = out
-        return cache[name, variant, world]
+            cache[name, variant, world, mode] = out
+        return cache[name, variant, world, mode]
 
     return get
 
@@ -102,10 +102,13 @@ def numerics(trace: str, ref: str) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.parametrize("mode", ["local", "real"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_buggy_gives_the_first_divergence(corpus, name):
+def test_buggy_gives_the_first_divergence(corpus, name, mode):
+    """In real mode (a gloo process per rank, each digesting its own shard, combined at merge)
+    as in local mode (one process holding every shard)."""
     (module, step, phase), replica = EXPECTED[name]
-    rc, out = numerics(corpus(name, "buggy", 4), corpus(name, "healthy", 1))
+    rc, out = numerics(corpus(name, "buggy", 4, mode), corpus(name, "healthy", 1))
     assert rc == 1
     first = out["findings"][0]
     assert (first["kind"], first["module"], first["step"], first["phase"]) == (
@@ -129,18 +132,44 @@ def test_healthy_twin_has_no_finding(corpus, name):
     assert (rc, out["findings"]) == (0, [])
 
 
+def test_healthy_twin_in_real_mode_against_a_real_reference(corpus):
+    rc, out = numerics(corpus("grad_factor", "healthy", 4, "real"), corpus("grad_factor", "healthy", 1, "real"))
+    assert (rc, out["findings"]) == (0, [])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_mode_digests_are_local_modes_row_for_row(corpus, name):
+    """The same values in the same order with the same layouts, replica groups and per-rank
+    digests: the combination at merge is local mode's rule (up to gloo's summation order)."""
+    from analyzer import load
+
+    real, local = load(corpus(name, "buggy", 4, "real")), load(corpus(name, "buggy", 4))
+    assert real.numerics is not None and local.numerics is not None
+    key = ["step", "phase", "what", "name", "occ", "layout", "numel"]
+    assert real.numerics.select(key).to_dicts() == local.numerics.select(key).to_dicts()
+    for col in ("sum", "sumsq", "amax"):
+        assert real.numerics[col].to_list() == pytest.approx(local.numerics[col].to_list(), rel=1e-5, abs=1e-6)
+    assert real.replicas is not None and local.replicas is not None
+    assert (
+        real.replicas.select("step", "seq", "rank").to_dicts()
+        == local.replicas.select("step", "seq", "rank").to_dicts()
+    )
+
+
 def test_buggy_at_world_one_is_the_reference(corpus):
     """At world 1 the bug does nothing: the buggy program matches the healthy one."""
     rc, out = numerics(corpus("sp_norm", "buggy", 1), corpus("sp_norm", "healthy", 1))
     assert (rc, out["findings"]) == (0, [])
 
 
-@pytest.mark.parametrize("key", sorted(GLOO))
-def test_local_mode_matches_gloo(corpus, key):
+@pytest.mark.parametrize(
+    "key, mode", [(k, "local") for k in sorted(GLOO)] + [(k, "real") for k in sorted(GLOO) if k[1] == "buggy"]
+)
+def test_recorded_values_match_gloo(corpus, key, mode):
     """The recorded digests after the last step are the real gloo run's values."""
     from analyzer import load
 
-    t = load(corpus(*key, 4))
+    t = load(corpus(*key, 4, mode))
     assert t.numerics is not None and t.replicas is not None
     last = t.numerics.filter((pl.col("what") == "param") & (pl.col("step") == 1))
     for name, want in GLOO[key].items():

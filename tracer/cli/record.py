@@ -65,7 +65,7 @@ def record(
         False,
         "--numerics",
         help="Record numerics per step (loss, gradient norm, digests of module outputs, input gradients and "
-        "parameters; local mode only): `analyzer numerics` compares them.",
+        "parameters; local or real mode): `analyzer numerics` compares them.",
     ),
     executor: str = typer.Option(
         "local",

@@ -128,6 +128,11 @@ def run_job(job: Job) -> int:
 
             real.install(job.parts_dir, job.world_size)
             rec.attribution.install()
+            if job.numerics:
+                from tracer.numerics.per_rank import RankNumerics
+
+                num = RankNumerics(rec, pg_rank)
+                num.install(p)
             compiled.install(p, rec.attribution)
             job.program.run()
         else:

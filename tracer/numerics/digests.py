@@ -9,8 +9,7 @@ import torch
 from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed._local_tensor import LocalTensor
 
-Digest = tuple[float, float, float]
-"""(sum, sum of squares, max |x|) in float64."""
+from tracer.numerics.digest_math import Digest, flat_ranks
 
 
 def rank_values(t, world: int) -> dict[int, torch.Tensor]:
@@ -53,19 +52,9 @@ def sibling_grids(mesh, grid: list, world: int) -> list:
     return grids
 
 
-def flat_ranks(grid) -> list[int]:
-    return [r for g in grid for r in flat_ranks(g)] if isinstance(grid, list) else [int(grid)]
-
-
 def shifted(grid, by: int):
     """Python lists, not a tensor: a tensor made under LocalTensorMode is a LocalTensor."""
     return [shifted(g, by) for g in grid] if isinstance(grid, list) else int(grid) + by
-
-
-def rank_at(grid, coord: tuple) -> int:
-    for c in coord:
-        grid = grid[c]
-    return int(grid)
 
 
 def reduce_partial(members: list[torch.Tensor], placements: list) -> torch.Tensor:
@@ -99,18 +88,3 @@ def digests_of(ts: list[torch.Tensor]) -> list[Digest]:
         x = t.detach().double()
         out.append((float(x.sum()), float((x * x).sum()), float(x.abs().max())))
     return out
-
-
-def add_up(ds: list[Digest]) -> Digest:
-    """The digest of the concatenation of disjoint parts."""
-    return (sum(d[0] for d in ds), sum(d[1] for d in ds), max((d[2] for d in ds), default=0.0))
-
-
-def ranks_dict(groups: list[list[int]], ranks: list[int], per: list[Digest]) -> dict:
-    return {
-        "groups": groups,
-        "rank": list(ranks),
-        "sum": [d[0] for d in per],
-        "sumsq": [d[1] for d in per],
-        "amax": [d[2] for d in per],
-    }

@@ -38,17 +38,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from traceformat import numerics as fmt_numerics
 from tracer.capture.patches import Patcher
 from tracer.capture.recorder import Recorder, tensor_dtype
-from tracer.numerics.digests import (
-    Digest,
-    add_up,
-    digests_of,
-    mesh_grid,
-    rank_at,
-    rank_values,
-    ranks_dict,
-    reduce_partial,
-    sibling_grids,
-)
+from tracer.numerics.digest_math import Digest, add_up, rank_at, ranks_dict
+from tracer.numerics.digests import digests_of, mesh_grid, rank_values, reduce_partial, sibling_grids
 
 
 class Numerics:

@@ -52,7 +52,7 @@ class RecordOptions:
     compute: str | None = None
     """--compute: real, fake or auto (over [tracer] compute)."""
     numerics: bool | None = None
-    """--numerics: record numerics digests (local mode; over [tracer] numerics)."""
+    """--numerics: record numerics digests (local or real mode; over [tracer] numerics)."""
     executor: str = "local"
     """--executor: local or ray."""
     ray_address: str | None = None

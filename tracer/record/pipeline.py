@@ -184,7 +184,13 @@ class _Recording:
             result.path = failed_path(req.out)
             refuse_inputs(result.path, [req.program.script, req.config.get("config_file")])
         try:
-            return trace_parts.merge(parts, result.path, header) if parts else None  # atomic: all or nothing
+            combine = None
+            if req.numerics and req.mode == "real":  # each rank digested its own values
+                from tracer.numerics import combine as numerics
+
+                combine = numerics.combine
+            # atomic: all or nothing
+            return trace_parts.merge(parts, result.path, header, combine_numerics=combine) if parts else None
         except OSError as e:  # no space, a read-only mount: what the ranks recorded stays in their parts
             kept = f"; the ranks' parts are kept in {self.parts_dir}/ (tracer merge {self.parts_dir} -o OTHER.trace)"
             raise OutputError(f"{cannot_write(result.path, e)}{kept}") from None

@@ -51,7 +51,7 @@ class RecordRequest:
     """Record only its representatives and verification ranks, derive the other asked ranks by
     relabelling (tracer/record/sharing.py; fake mode)."""
     numerics: bool = False
-    """Record numerics digests per step (--numerics; local mode only: tracer/numerics/hooks.py)."""
+    """Record numerics digests per step (--numerics; local or real mode: tracer/numerics/)."""
     progress: bool = True
     """A progress bar on a terminal."""
 
@@ -76,8 +76,8 @@ class RecordRequest:
             raise ValueError(f"--compute must be fake or real, got {self.compute!r}")
         if self.compute == "fake" and self.mode != "fake":
             raise ValueError("--compute fake needs --mode fake (local mode computes every rank with LocalTensor)")
-        if self.numerics and self.mode != "local":
-            raise ValueError("--numerics needs --mode local (only LocalTensor computes every rank's real values)")
+        if self.numerics and self.mode not in ("local", "real"):
+            raise ValueError("--numerics needs --mode local or --mode real (fake mode computes no real values)")
         if self.executor not in EXECUTORS:
             raise ValueError(f"--executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
         check_output(self.out, self.program, self.config.get("config_file"))
