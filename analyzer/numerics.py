@@ -11,7 +11,7 @@ from analyzer.checks.options import Checked
 from analyzer.model.trace import Trace
 from traceformat.format import Mode
 
-RECORD_HOW = "record it with `tracer record ... --mode local --numerics`"
+RECORD_HOW = "record it with `tracer record ... --mode local --numerics` (or --mode real)"
 
 
 class NumericsInputError(ValueError):
@@ -24,7 +24,7 @@ def require(trace: Trace, path: str) -> None:
         return
     if trace.mode is Mode.FAKE:
         raise NumericsInputError(f"{path}: a fake-mode trace has no numerics (no real values): {RECORD_HOW}")
-    if trace.mode is not Mode.LOCAL:
+    if trace.mode not in (Mode.LOCAL, Mode.REAL):
         raise NumericsInputError(f"{path}: a {trace.header.get('mode')} trace has no numerics: {RECORD_HOW}")
     raise NumericsInputError(f"{path}: recorded without --numerics: {RECORD_HOW}")
 

@@ -49,6 +49,7 @@ KINDS: dict[str, Kind] = {
         stalled_rank.STALLED_RANK,
         numerics_replicas.REPLICA_DIVERGENCE,
         numerics_parity.NUMERICS_DIVERGENCE,
+        numerics_parity.PARAMETER_MISMATCH,
     )
 }
 """Every kind of finding the analyzer reports (`check`'s, `hang`'s and `numerics`'), by name: what the

@@ -4,8 +4,11 @@ optimizer), whose global digest differs from a reference recording of the same m
 DTensor redistributions both recordings issued around it. Values present on one side only are
 listed in notes, never matched by guess.
 
-Bad input (`ReferenceMismatch`, exit 2): a reference of another model (the first parameter whose
-name or shape differs)."""
+parameter_mismatch: a parameter on one side only, or of another global shape (a weight tie broken
+by a parallelize plan, a layer a stage split dropped); the values both sides hold are compared
+all the same. Bad input (`ReferenceMismatch`, exit 2): a reference with no parameter in common.
+Values whose layout the recorder could not map onto the global one (real mode: an optimizer's
+own tensors) are listed in a note, never compared."""
 
 from __future__ import annotations
 
@@ -17,10 +20,17 @@ from analyzer.checks.options import Checked
 from analyzer.model.findings import Finding, Kind
 from analyzer.model.text import ranks_text
 from analyzer.model.trace import Trace
+from traceformat.numerics import UNMAPPED_LAYOUT
 
 NUMERICS_DIVERGENCE = Kind(
     name="numerics_divergence",
     about="the first value (module output, gradient, parameter) that differs from the reference recording",
+    majority=False,
+)
+
+PARAMETER_MISMATCH = Kind(
+    name="parameter_mismatch",
+    about="a parameter only in the trace or only in the reference, or of another global shape",
     majority=False,
 )
 
@@ -34,18 +44,52 @@ class ReferenceMismatch(ValueError):
 
 
 def same_model(trace: Trace, ref: Trace, ref_name: str = "the reference") -> None:
-    """ReferenceMismatch naming the first parameter whose name or global shape differs."""
-    mine, theirs = _params(trace), _params(ref)
-    for (name, shape), (rname, rshape) in zip(mine, theirs):
-        if name != rname:
-            raise ReferenceMismatch(f"{ref_name} is another model: parameter {name} here, {rname} in {ref_name}")
-        if shape is not None and rshape is not None and shape != rshape:
-            raise ReferenceMismatch(
-                f"{ref_name} is another model: parameter {name} has shape {shape} here, {rshape} in {ref_name}"
+    """ReferenceMismatch when the two recordings have no parameter in common (another model)."""
+    mine, theirs = dict(_params(trace)), dict(_params(ref))
+    if mine and theirs and not set(mine) & set(theirs):
+        raise ReferenceMismatch(
+            f"{ref_name} is another model: no parameter in common (here {next(iter(mine))}, "
+            f"in {ref_name} {next(iter(theirs))})"
+        )
+
+
+def parameter_findings(trace: Trace, ref: Trace) -> list[Finding]:
+    """One finding per parameter on one side only or of another global shape, with what it
+    suggests: a parameter here of the shape of one both hold is a tie broken (the reference
+    shares it: named once), one missing here a layer dropped (or a tie made)."""
+    mine, theirs = dict(_params(trace)), dict(_params(ref))
+    shapes_both = {tuple(s): n for n, s in mine.items() if n in theirs and s is not None}
+    ranks = list(trace.ranks)
+    out = []
+    for name, shape in mine.items():
+        if name not in theirs:
+            twin = shapes_both.get(tuple(shape)) if shape is not None else None
+            hint = (
+                f"a weight tie broken? (the shape of {twin}, held once in the reference)" if twin else "a layer added?"
             )
-    if len(mine) != len(theirs):
-        extra, where = (mine[len(theirs)], "here") if len(mine) > len(theirs) else (theirs[len(mine)], f"in {ref_name}")
-        raise ReferenceMismatch(f"{ref_name} is another model: parameter {extra[0]} only {where}")
+            out.append(_mismatch(name, f"parameter {name} {_shape(shape)} is only in the trace: {hint}", ranks))
+        elif shape is not None and theirs[name] is not None and shape != theirs[name]:
+            hint = "a shard recorded as the whole, or another split?"
+            text = f"parameter {name} has shape {_shape(shape)} here, {_shape(theirs[name])} in the reference: {hint}"
+            out.append(_mismatch(name, text, ranks))
+    for name, shape in theirs.items():
+        if name not in mine:
+            twin = shapes_both.get(tuple(shape)) if shape is not None else None
+            hint = (
+                f"a weight tie made? (the shape of {twin})"
+                if twin
+                else "a layer missing? (a stage split or plan drops it)"
+            )
+            out.append(_mismatch(name, f"parameter {name} {_shape(shape)} is only in the reference: {hint}", ranks))
+    return out
+
+
+def _mismatch(name: str, message: str, ranks: list[int]) -> Finding:
+    return Finding(kind=PARAMETER_MISMATCH, message=message, ranks=ranks, culprit_ranks=ranks, module=name, step=0)
+
+
+def _shape(shape: list | None) -> str:
+    return f"({', '.join(str(n) for n in shape)})" if shape is not None else "(shape unknown)"
 
 
 def _params(t: Trace) -> list[tuple[str, list | None]]:
@@ -61,9 +105,11 @@ def check(trace: Trace, ref: Trace, tol: Tolerance | None = None) -> Checked:
     tol = tol or Tolerance()
     out = Checked()
     assert trace.numerics is not None and ref.numerics is not None
-    a, rule_notes = combine_losses(trace.numerics, ref.numerics)
+    out.findings.extend(parameter_findings(trace, ref))
+    here, there = _mapped(trace.numerics, "the trace", out.notes), _mapped(ref.numerics, "the reference", out.notes)
+    a, rule_notes = combine_losses(here, there)
     out.notes.extend(rule_notes)
-    b = ref.numerics.select(*KEY, *[pl.col(c).alias(f"r_{c}") for c in ("sum", "sumsq", "amax", "numel", "phase")])
+    b = there.select(*KEY, *[pl.col(c).alias(f"r_{c}") for c in ("sum", "sumsq", "amax", "numel", "phase")])
     joined = a.join(b, on=KEY, how="left", maintain_order="left")
     only_here = joined.filter(pl.col("r_sum").is_null())
     only_ref = b.join(a.select(KEY), on=KEY, how="anti")
@@ -95,6 +141,18 @@ def check(trace: Trace, ref: Trace, tol: Tolerance | None = None) -> Checked:
     if bad.height > 1:
         out.notes.append(f"{bad.height - 1} later value(s) differ too (consequences of the first, not listed)")
     return out
+
+
+def _mapped(frame: pl.DataFrame, side: str, notes: list[str]) -> pl.DataFrame:
+    """The values whose global value is known; a note lists the others with the reason."""
+    unmapped = pl.col("layout").str.starts_with(UNMAPPED_LAYOUT)
+    left = frame.filter(unmapped)
+    if left.height:
+        names = left.unique("name", maintain_order=True)
+        why = names["layout"][0].removeprefix(UNMAPPED_LAYOUT)
+        listed = ", ".join(names["name"].head(5).to_list())
+        notes.append(f"{left.height} value(s) in {side} not compared, their layout unknown ({why}): {listed}")
+    return frame.filter(~unmapped)
 
 
 def combine_losses(a: pl.DataFrame, ref: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:

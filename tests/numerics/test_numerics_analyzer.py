@@ -179,22 +179,72 @@ def test_local_trace_without_numerics_is_bad_input(tmp_path):
     assert proc.returncode == 2 and "recorded without --numerics" in one_line_error(proc)
 
 
+def test_reference_with_no_parameter_in_common_is_bad_input(tmp_path):
+    a = write(tmp_path / "a.trace", {0: [row("optimizer", "param", "lin.weight", [1.0, 2.0])]})
+    ref = write(tmp_path / "r.trace", {0: [row("optimizer", "param", "emb.weight", [1.0, 2.0])]}, world=1)
+    proc = run_tracer("analyzer", "numerics", a, "--ref", ref)
+    assert proc.returncode == 2 and "no parameter in common (here lin.weight, in " in one_line_error(proc)
+
+
 @pytest.mark.parametrize(
-    "theirs, said",
+    "mine, theirs, said",
     [
-        ([row("optimizer", "param", "emb.weight", [1.0, 2.0])], "parameter lin.weight here, emb.weight in"),
-        ([row("optimizer", "param", "lin.weight", [1.0, 2.0], shape=[2, 1])], "has shape [2] here, [2, 1] in"),
+        # parallelize_module untied head.weight from emb.weight: the reference names the shared one once
+        (["emb.weight", "head.weight"], ["emb.weight"], "parameter head.weight (2) is only in the trace: a weight tie"),
         (
-            [row("optimizer", "param", "lin.weight", [1.0, 2.0]), row("optimizer", "param", "lin.bias", [1.0])],
-            "parameter lin.bias only in",
+            ["lin.weight"],
+            ["lin.weight", "lin.bias"],
+            "parameter lin.bias (1) is only in the reference: a layer missing?",
         ),
+        (["lin.weight", "extra.bias"], ["lin.weight"], "parameter extra.bias (1) is only in the trace: a layer added?"),
     ],
 )
-def test_reference_of_another_model_is_bad_input(tmp_path, theirs, said):
+def test_parameter_on_one_side_only_is_a_finding(tmp_path, mine, theirs, said):
+    """Exit 1 with parameter_mismatch, and the values both sides hold still compared: the first
+    differing common one is found too."""
+    size = {"bias": 1}
+
+    def rows(names, bump=0.0):
+        out = []
+        for n in names:
+            xs = [1.0 + bump] * size.get(n.rsplit(".", 1)[-1], 2)
+            out.append(row("optimizer", "param", n, xs))
+        return out
+
+    a = write(tmp_path / "a.trace", {0: rows(mine, bump=0.5)})
+    ref = write(tmp_path / "r.trace", {0: rows(theirs)}, world=1)
+    rc, out = numerics(a, "--ref", ref)
+    kinds = [f["kind"] for f in out["findings"]]
+    assert rc == 1 and kinds == ["parameter_mismatch", "numerics_divergence"]
+    assert said in out["findings"][0]["message"]
+    assert out["findings"][1]["module"] == ("emb.weight" if "emb.weight" in mine else "lin.weight")
+
+
+def test_shape_of_a_common_parameter_differs_is_a_finding(tmp_path):
     a = write(tmp_path / "a.trace", {0: [row("optimizer", "param", "lin.weight", [1.0, 2.0])]})
-    ref = write(tmp_path / "r.trace", {0: theirs}, world=1)
-    proc = run_tracer("analyzer", "numerics", a, "--ref", ref)
-    assert proc.returncode == 2 and said in one_line_error(proc)
+    ref = write(tmp_path / "r.trace", {0: [row("optimizer", "param", "lin.weight", [1.0, 2.0], shape=[2, 1])]}, world=1)
+    rc, out = numerics(a, "--ref", ref)
+    assert rc == 1 and [f["kind"] for f in out["findings"]] == ["parameter_mismatch"]
+    assert "has shape (2) here, (2, 1) in the reference" in out["findings"][0]["message"]
+
+
+def test_unmapped_values_are_listed_never_compared(tmp_path):
+    """Real mode writes an optimizer's own tensors (a ZeRO partition) unmapped: whatever their
+    digests, they are no finding, and a note names them with the reason."""
+    mine = [
+        *model_rows(),
+        dict(row("optimizer", "param", "param_groups.0.0", [9.0]), layout="unmapped: a ZeRO partition"),
+    ]
+    theirs = [*model_rows(), row("optimizer", "param", "param_groups.0.0", [1.0])]
+    rc, out = numerics(
+        write(tmp_path / "a.trace", {0: mine}), "--ref", write(tmp_path / "r.trace", {0: theirs}, world=1)
+    )
+    assert (rc, out["findings"]) == (0, [])
+    notes = out["trace"]["notes"]
+    assert any(
+        "1 value(s) in the trace not compared, their layout unknown (a ZeRO partition): param_groups.0.0" in n
+        for n in notes
+    )
 
 
 def test_bad_tolerance_is_bad_input(tmp_path):
@@ -236,7 +286,7 @@ def test_numerics_needs_local_mode(tmp_path):
     proc = run_tracer(
         "tracer", "record", "--script", program("dtensor"), "-n", "4", "--numerics", "-o", str(tmp_path / "x.trace")
     )
-    assert proc.returncode == 2 and "--numerics needs --mode local" in one_line_error(proc)
+    assert proc.returncode == 2 and "--numerics needs --mode local or --mode real" in one_line_error(proc)
 
 
 def test_report_has_a_numerics_section(tmp_path):

@@ -87,9 +87,8 @@ def _value(members: list[dict], own: set[str]) -> dict:
         distinct = sorted({d[0] for d in per})  # tp / cp replicas of one loss count once
         mean = sum(distinct) / len(distinct)
         return _out(phase, what, name, dtype, [], 1, (mean, mean * mean, abs(mean)), f"mean of {len(distinct)}", None)
-    if first["layout"].startswith(fmt.UNMAPPED_LAYOUT):
-        held = ranks_dict([ranks], ranks, per) if len(ranks) > 1 else None
-        return _out(phase, what, name, dtype, None, first["numel"], per[0], first["layout"], held)
+    if first["layout"].startswith(fmt.UNMAPPED_LAYOUT):  # each rank's may be its own part: no replicas
+        return _out(phase, what, name, dtype, None, first["numel"], per[0], first["layout"], None)
     if first["mesh"] is not None:
         return _dtensor(members)
     part_of = first["part_of"] or name in own
