@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from tracer.cli.common import fail, note
+from tracer.cli.common import analyzer, fail, note
 from tracer.cli.common import record as record_and_report
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -77,6 +77,13 @@ def record(
         "--ray-address",
         help="Ray cluster to use with --executor ray (default: $RAY_ADDRESS, else a local Ray cluster).",
     ),
+    reference: int = typer.Option(
+        None,
+        "--reference",
+        metavar="N",
+        help="Also record the program at N ranks (1: the single-process run) to OUT.ref.trace, with --numerics, "
+        "and compare: analyzer numerics OUT --ref OUT.ref.trace (its exit code: 0 equal, 1 divergence).",
+    ),
 ) -> None:
     """Record a job config or a program; arguments after `--` go to the program."""
     from tracer.record.build import build
@@ -105,8 +112,17 @@ def record(
         executor=executor,
         ray_address=ray_address,
     )
+    if reference is not None:
+        asked.numerics = True  # a reference is compared by its numerics
     try:
         request = build(asked, note)
+        if reference is not None:
+            from tracer.record.reference import reference_options
+
+            twin = build(reference_options(asked, request.out, reference), note)
     except ValueError as e:
         fail(str(e))
     record_and_report(request)
+    if reference is not None:
+        record_and_report(twin)
+        raise typer.Exit(analyzer("numerics", request.out, "--ref", twin.out))
