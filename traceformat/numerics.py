@@ -93,6 +93,7 @@ RANK_FIELDS: tuple[tuple[str, type | tuple[type, ...]], ...] = (
     ("mesh", (list, type(None))),  # a sharded value: its mesh's global ranks as nested lists
     ("placements", (list, type(None))),  # per mesh dim: "S(d)", "R", "P(op)"
     ("raw", (bytes, type(None))),  # a Partial value: its local elements, float64 little-endian
+    ("chunk", int),  # a pipeline stage's microbatch the value is of (its parts make the batch's), or -1
 )
 """Columns of a rank record; `what` also takes "init" (a plain parameter at the first forward:
 whether its ranks start equal, i.e. are replicas)."""

@@ -55,37 +55,51 @@ def same_model(trace: Trace, ref: Trace, ref_name: str = "the reference") -> Non
 
 def parameter_findings(trace: Trace, ref: Trace) -> list[Finding]:
     """One finding per parameter on one side only or of another global shape, with what it
-    suggests: a parameter here of the shape of one both hold is a tie broken (the reference
-    shares it: named once), one missing here a layer dropped (or a tie made)."""
+    suggests, from the modules that ran on each side: a parameter here whose module runs in the
+    reference too, without it, is a tie broken (the reference holds it as another parameter);
+    one only in the reference whose module never ran here, a layer missing."""
     mine, theirs = dict(_params(trace)), dict(_params(ref))
-    shapes_both = {tuple(s): n for n, s in mine.items() if n in theirs and s is not None}
+    ran_here, ran_there = _modules_run(trace), _modules_run(ref)
     ranks = list(trace.ranks)
     out = []
     for name, shape in mine.items():
+        module = name.rpartition(".")[0]
         if name not in theirs:
-            twin = shapes_both.get(tuple(shape)) if shape is not None else None
-            hint = (
-                f"a weight tie broken? (the shape of {twin}, held once in the reference)" if twin else "a layer added?"
-            )
+            if module in ran_there:
+                hint = f"a weight tie broken? ({module} runs in the reference without a {name} of its own: shared)"
+            else:
+                hint = "a layer added?"
             out.append(_mismatch(name, f"parameter {name} {_shape(shape)} is only in the trace: {hint}", ranks))
         elif shape is not None and theirs[name] is not None and shape != theirs[name]:
             hint = "a shard recorded as the whole, or another split?"
             text = f"parameter {name} has shape {_shape(shape)} here, {_shape(theirs[name])} in the reference: {hint}"
             out.append(_mismatch(name, text, ranks))
     for name, shape in theirs.items():
+        module = name.rpartition(".")[0]
         if name not in mine:
-            twin = shapes_both.get(tuple(shape)) if shape is not None else None
-            hint = (
-                f"a weight tie made? (the shape of {twin})"
-                if twin
-                else "a layer missing? (a stage split or plan drops it)"
-            )
+            if module in ran_here:
+                hint = f"a weight tie made? ({module} runs here without a {name} of its own)"
+            else:
+                hint = f"a layer missing? ({module or name} never runs here: a stage split or plan that drops it)"
             out.append(_mismatch(name, f"parameter {name} {_shape(shape)} is only in the reference: {hint}", ranks))
     return out
 
 
+def _modules_run(t: Trace) -> set[str]:
+    assert t.numerics is not None
+    return set(t.numerics.filter(pl.col("what") == "output")["name"].unique().to_list())
+
+
 def _mismatch(name: str, message: str, ranks: list[int]) -> Finding:
-    return Finding(kind=PARAMETER_MISMATCH, message=message, ranks=ranks, culprit_ranks=ranks, module=name, step=0)
+    return Finding(
+        kind=PARAMETER_MISMATCH,
+        message=message,
+        ranks=ranks,
+        culprit_ranks=ranks,
+        module=name,
+        step=0,
+        phase="optimizer",
+    )
 
 
 def _shape(shape: list | None) -> str:
@@ -94,7 +108,7 @@ def _shape(shape: list | None) -> str:
 
 def _params(t: Trace) -> list[tuple[str, list | None]]:
     assert t.numerics is not None
-    first = t.numerics.filter(pl.col("what") == "param")
+    first = t.numerics.filter((pl.col("what") == "param") & ~pl.col("layout").str.starts_with(UNMAPPED_LAYOUT))
     if first.is_empty():
         return []
     first = first.filter(pl.col("step") == first["step"].min()).sort("seq")

@@ -187,32 +187,40 @@ def test_reference_with_no_parameter_in_common_is_bad_input(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "mine, theirs, said",
+    "mine, theirs, ran_there, said",
     [
-        # parallelize_module untied head.weight from emb.weight: the reference names the shared one once
-        (["emb.weight", "head.weight"], ["emb.weight"], "parameter head.weight (2) is only in the trace: a weight tie"),
+        # parallelize_module untied head.weight from emb.weight: the reference's head runs on the shared one
+        (
+            ["emb.weight", "head.weight"],
+            ["emb.weight"],
+            ["emb", "head"],
+            "head.weight (2) is only in the trace: a weight tie",
+        ),
+        # a stage split that drops a layer: the module never runs here
         (
             ["lin.weight"],
-            ["lin.weight", "lin.bias"],
-            "parameter lin.bias (1) is only in the reference: a layer missing?",
+            ["lin.weight", "gone.bias"],
+            ["lin", "gone"],
+            "gone.bias (1) is only in the reference: a layer missing?",
         ),
-        (["lin.weight", "extra.bias"], ["lin.weight"], "parameter extra.bias (1) is only in the trace: a layer added?"),
+        (
+            ["lin.weight", "extra.bias"],
+            ["lin.weight"],
+            ["lin"],
+            "parameter extra.bias (1) is only in the trace: a layer added?",
+        ),
     ],
 )
-def test_parameter_on_one_side_only_is_a_finding(tmp_path, mine, theirs, said):
+def test_parameter_on_one_side_only_is_a_finding(tmp_path, mine, theirs, ran_there, said):
     """Exit 1 with parameter_mismatch, and the values both sides hold still compared: the first
-    differing common one is found too."""
-    size = {"bias": 1}
+    differing common one is found too. A side's modules are those whose outputs it recorded."""
 
-    def rows(names, bump=0.0):
-        out = []
-        for n in names:
-            xs = [1.0 + bump] * size.get(n.rsplit(".", 1)[-1], 2)
-            out.append(row("optimizer", "param", n, xs))
-        return out
+    def rows(names, ran, bump=0.0):
+        outputs = [row("forward", "output", m, [0.5]) for m in ran]
+        return outputs + [row("optimizer", "param", n, [1.0 + bump] * (1 if n.endswith("bias") else 2)) for n in names]
 
-    a = write(tmp_path / "a.trace", {0: rows(mine, bump=0.5)})
-    ref = write(tmp_path / "r.trace", {0: rows(theirs)}, world=1)
+    a = write(tmp_path / "a.trace", {0: rows(mine, [n.rpartition(".")[0] for n in mine], bump=0.5)})
+    ref = write(tmp_path / "r.trace", {0: rows(theirs, ran_there)}, world=1)
     rc, out = numerics(a, "--ref", ref)
     kinds = [f["kind"] for f in out["findings"]]
     assert rc == 1 and kinds == ["parameter_mismatch", "numerics_divergence"]

@@ -60,11 +60,11 @@ def _step(rows: list[dict], own: set[str]) -> dict[str, list]:
     for r in rows:
         if r["what"] == "init":
             continue
-        name_key = (r["rank"], r["phase"], r["what"], r["name"])
+        name_key = (r["rank"], r["phase"], r["what"], r["name"], r["chunk"])
         occ = seen[name_key] = seen.get(name_key, -1) + 1
         values.setdefault((r["phase"], r["what"], r["name"], occ), []).append(r)
     cols: dict[str, list] = {name: [] for name in fmt.FIELD_NAMES}
-    out = [_value(members, own) for members in values.values()]
+    out = [_microbatches(members, own) for members in values.values()]
     grads = [row for row in out if row["what"] == "grad" and not row["layout"].startswith(fmt.UNMAPPED_LAYOUT)]
     if grads:  # local mode writes it before the step's parameters: after the last backward value
         total = sum(g["sumsq"] for g in grads)
@@ -76,6 +76,27 @@ def _step(rows: list[dict], own: set[str]) -> dict[str, list]:
         for name in fmt.FIELD_NAMES:
             cols[name].append(row[name])
     return cols
+
+
+def _microbatches(members: list[dict], own: set[str]) -> dict:
+    """A value of a pipeline stage's microbatches (chunk >= 0) is each microbatch's value by the
+    rules below, joined: an activation's are parts of the batch's, the loss their mean (the
+    analyzer's mean-or-sum rule then applies to it as to data parallel's losses)."""
+    chunks: dict[int, list[dict]] = {}
+    for m in members:
+        chunks.setdefault(m["chunk"], []).append(m)
+    if len(chunks) == 1 and -1 in chunks:
+        return _value(members, own)
+    per = [_value(ms, own) for _, ms in sorted(chunks.items())]
+    first, k = per[0], len(per)
+    if first["what"] == "loss":
+        mean = sum(p["sum"] for p in per) / k
+        d: Digest = (mean, mean * mean, abs(mean))
+        return _out(first["phase"], "loss", "", first["dtype"], [], 1, d, f"mean of {k}", None)
+    d = add_up([(p["sum"], p["sumsq"], p["amax"]) for p in per])
+    numel = sum(p["numel"] for p in per)
+    layout = f"{first['layout']} x{k} microbatches"
+    return _out(first["phase"], first["what"], first["name"], first["dtype"], None, numel, d, layout, None)
 
 
 def _value(members: list[dict], own: set[str]) -> dict:

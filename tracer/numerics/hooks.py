@@ -56,6 +56,7 @@ class Numerics:
         self.own: set[int] = set()  # plain parameters each rank holds its own of (see _first_seen)
         self.handles: list = []
         self.busy = False
+        self.in_tensor_backward = False
 
     # ---- hooks --------------------------------------------------------------------------
     def install(self, p: Patcher) -> None:
@@ -66,6 +67,7 @@ class Numerics:
             register_optimizer_step_post_hook(self._opt_post),
         ]
         orig = torch.Tensor.backward
+        orig_autograd = torch.autograd.backward
         me = self
 
         def backward(self, *args, **kwargs):
@@ -73,7 +75,24 @@ class Numerics:
                 me._loss(self)
             return orig(self, *args, **kwargs)
 
-        p.set(torch.Tensor, "backward", backward)
+        def autograd_backward(tensors, grad_tensors=None, *args, **kwargs):
+            # a pipeline schedule's last stage: torch.autograd.backward([loss], grad_tensors=[None])
+            one = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+            grads = [grad_tensors] if grad_tensors is None or isinstance(grad_tensors, torch.Tensor) else grad_tensors
+            if not me.in_tensor_backward and len(one) == 1 and list(grads) == [None]:
+                if one[0].numel() == 1 and one[0].is_floating_point():
+                    me._loss(one[0])
+            return orig_autograd(tensors, grad_tensors, *args, **kwargs)
+
+        def tensor_backward(self, *args, **kwargs):
+            me.in_tensor_backward = True  # Tensor.backward calls torch.autograd.backward: one loss
+            try:
+                return backward(self, *args, **kwargs)
+            finally:
+                me.in_tensor_backward = False
+
+        p.set(torch.Tensor, "backward", tensor_backward)
+        p.set(torch.autograd, "backward", autograd_backward)
 
     def close(self) -> None:
         for h in self.handles:
@@ -159,7 +178,7 @@ class Numerics:
                     continue
                 dtype = tensor_dtype(param.grad)
                 name = names.get(id(param), f"param_groups.{gi}.{pi}")
-                d = self._add("backward", "grad", name, param.grad, part_of=id(param) in self.own)
+                d = self._add("backward", "grad", name, param.grad, part_of=id(param) in self.own, of=param)
                 total += d[1]
         norm = math.sqrt(total)
         self._row("backward", "grad_norm", "", dtype, [], 1, (norm, total, norm), "norm", None)
@@ -171,7 +190,7 @@ class Numerics:
         for gi, group in enumerate(opt.param_groups):
             for pi, param in enumerate(group["params"]):
                 name = names.get(id(param), f"param_groups.{gi}.{pi}")
-                self._add("optimizer", "param", name, param.detach(), part_of=id(param) in self.own)
+                self._add("optimizer", "param", name, param.detach(), part_of=id(param) in self.own, of=param)
         self._flush(self.attr.step - 1)  # Attribution's post hook counted the step already
 
     # ---- digests ------------------------------------------------------------------------
@@ -187,10 +206,11 @@ class Numerics:
                 names.setdefault(id(param), name)
         return names
 
-    def _add(self, phase: str, what: str, name: str, t, part_of: bool = False) -> Digest:
+    def _add(self, phase: str, what: str, name: str, t, part_of: bool = False, of=None) -> Digest:
         """Digest `t` (global and, where declared replicated, per rank) into the step's rows.
         part_of: an activation (distinct plain values are parts of the global one); otherwise a
-        parameter or gradient (a plain one is replicated)."""
+        parameter or gradient (a plain one is replicated). of: the parameter a gradient or
+        parameter row is of."""
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             return (0.0, 0.0, 0.0)
         self.busy = True

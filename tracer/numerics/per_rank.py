@@ -22,11 +22,22 @@ from torch.distributed.tensor.placement_types import Partial
 
 from traceformat import numerics as fmt_numerics
 from traceformat.numerics import UNMAPPED_LAYOUT
+from tracer.capture.patches import Patcher
 from tracer.capture.recorder import Recorder, tensor_dtype
 from tracer.numerics.digests import Digest, digests_of
 from tracer.numerics.hooks import Numerics
 
-UNMAPPED = "an optimizer's own tensor, no parameter of the model (a ZeRO partition, a flat buffer)"
+NOT_A_PARAMETER = "an optimizer's own tensor, no parameter of the model (a ZeRO partition, a flat buffer)"
+FLAT_PARAMETER = "an FSDP1 FlatParameter: its original parameters flattened together (use_orig_params=True maps them)"
+
+
+def _unmapped(name: str, param) -> str | None:
+    """Why a parameter's (or its gradient's) value cannot be mapped onto the reference's, or None."""
+    if name.startswith("param_groups."):  # not among the model's named parameters
+        return NOT_A_PARAMETER
+    if getattr(param, "_is_flat_param", False):
+        return FLAT_PARAMETER
+    return None
 
 
 class RankNumerics(Numerics):
@@ -36,6 +47,51 @@ class RankNumerics(Numerics):
         super().__init__(rec, 1)
         self.rank = rank
         self.cols = {name: [] for name in fmt_numerics.RANK_FIELD_NAMES}
+        self.chunk = -1  # inside a pipeline stage's forward / backward of one microbatch: its id
+        self.stage: tuple[torch.nn.Module, int, int] | None = None  # and the stage: module, index, of how many
+
+    def install(self, p: Patcher) -> None:
+        super().install(p)
+        self._pipeline_stages(p)
+
+    def _pipeline_stages(self, p: Patcher) -> None:
+        """A pipeline stage runs each microbatch through forward_one_chunk / backward_one_chunk:
+        its values are tagged with the microbatch (combine.py joins them into the batch's), and
+        the metadata inference forward it runs once on placeholder inputs is not digested."""
+        try:
+            from torch.distributed.pipelining import stage as pp_stage
+        except ImportError:
+            return
+        me = self
+
+        def in_chunk(orig):
+            def run(stage, chunk_id, *args, **kwargs):
+                outer, me.chunk = (me.chunk, me.stage), int(chunk_id)
+                me.stage = (stage.submod, int(stage.stage_index), int(stage.num_stages))
+                try:
+                    return orig(stage, chunk_id, *args, **kwargs)
+                finally:
+                    me.chunk, me.stage = outer
+
+            return run
+
+        def unseen(orig):
+            def run(*args, **kwargs):
+                outer, me.busy = me.busy, True
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    me.busy = outer
+
+            return run
+
+        base = pp_stage._PipelineStageBase
+        for name in ("forward_one_chunk", "backward_one_chunk"):
+            if hasattr(base, name):
+                p.set(base, name, in_chunk(getattr(base, name)))
+        for name in ("_forward_metadata_inference", "_backward_metadata_inference"):
+            if hasattr(pp_stage.PipelineStage, name):
+                p.set(pp_stage.PipelineStage, name, unseen(getattr(pp_stage.PipelineStage, name)))
 
     def _first_seen(self, root: torch.nn.Module) -> None:
         self.busy = True
@@ -58,19 +114,32 @@ class RankNumerics(Numerics):
         finally:
             self.busy = False
 
-    def _add(self, phase: str, what: str, name: str, t, part_of: bool = False) -> Digest:
+    def _add(self, phase: str, what: str, name: str, t, part_of: bool = False, of=None) -> Digest:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             return (0.0, 0.0, 0.0)
         self.busy = True
         try:
             with torch.no_grad():
-                if what in ("grad", "param") and name.startswith("param_groups."):
-                    return self._local_row(phase, what, name, t, part_of, layout=f"{UNMAPPED_LAYOUT}{UNMAPPED}")
+                why = _unmapped(name, of) if what in ("grad", "param") else None
+                if why is not None:
+                    return self._local_row(phase, what, name, t, part_of, layout=f"{UNMAPPED_LAYOUT}{why}")
+                name = self._stage_boundary(what, name)
                 if isinstance(t, DTensor):
                     return self._dtensor_row(phase, what, name, t, part_of)
                 return self._local_row(phase, what, name, t, part_of)
         finally:
             self.busy = False
+
+    def _stage_boundary(self, what: str, name: str) -> str:
+        """A pipeline stage's root module is the whole model's only in its output on the last
+        stage (and its input gradient on the first): elsewhere it is a stage boundary, named
+        `ROOT@stageI`, compared with nothing of the single-process run's."""
+        if self.stage is None or what not in ("output", "grad_input"):
+            return name
+        root, i, n = self.stage
+        if name != self._name(root) or (what == "output" and i == n - 1) or (what == "grad_input" and i == 0):
+            return name
+        return f"{name}@stage{i}"
 
     def _local_row(self, phase, what, name, t, part_of, dtype=None, layout="plain") -> Digest:
         (d,) = digests_of([t])
@@ -107,6 +176,7 @@ class RankNumerics(Numerics):
             ("mesh", mesh),
             ("placements", pl),
             ("raw", raw),
+            ("chunk", self.chunk),
         ):
             c[key].append(value)
 
