@@ -137,11 +137,16 @@ def check(trace: Trace, ref: Trace, tol: Tolerance | None = None) -> Checked:
     step_rtol = (
         a.filter(pl.col("what") == "output").group_by("step").agg(step_rtol=tol.rtol_expr(pl.col("dtype")).max())
     )
+    # the reference's class scale per step: every gradient, every output, ... of that step
+    classes = b.group_by("step", "what").agg(
+        class_rms=(pl.col("r_sumsq").clip(0).sum() / pl.col("r_numel").cast(pl.Float64).clip(1).sum()).sqrt()
+    )
     both = (
         joined.filter(pl.col("r_sum").is_not_null())
         .join(step_rtol, on="step", how="left", maintain_order="left")
+        .join(classes, on=["step", "what"], how="left", maintain_order="left")
         .with_columns(
-            err=rel_error("", "r_", "r_numel", tol.atol),
+            err=rel_error("", "r_", "r_numel", tol.atol, pl.col("class_rms").fill_null(0.0)),
             rtol=tol.rtol_expr(pl.col("dtype"))
             if tol.rtol is not None
             else pl.max_horizontal(tol.rtol_expr(pl.col("dtype")), pl.col("step_rtol")),
