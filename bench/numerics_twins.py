@@ -120,7 +120,8 @@ def first_divergence(run: dict, ref: dict, tol: float) -> str:
             return f"step {key[0]} {key[1]}: only here (sum {val[0]:.9g})"
         rel, scaled, norm = errors(val, ref[key])
         if max(scaled, norm) > tol:
-            return f"step {key[0]} {key[1]}: sum {val[0]:.9g} vs {ref[key][0]:.9g} (scaled {scaled:.3g}, norm {norm:.3g})"
+            where = f"step {key[0]} {key[1]}: sum {val[0]:.9g} vs {ref[key][0]:.9g}"
+            return f"{where} (scaled {scaled:.3g}, norm {norm:.3g})"
     missing = [k for k in ref if k not in run]
     if missing:
         return f"step {missing[0][0]} {missing[0][1]}: only in the reference"

@@ -150,9 +150,12 @@ def outputs(model) -> dict:
     return seen
 
 
-def digest_outputs(step: int, seen: dict, layout: str = "part", layouts: dict | None = None) -> None:
-    """`digest` each module's outputs of this step (`outputs`' lists, concatenated), then forget
-    them; `layouts` names the modules whose output is laid out otherwise than `layout`."""
+def digest_outputs(
+    step: int, seen: dict, layout: str = "part", layouts: dict | None = None, last: int | None = None
+) -> None:
+    """`digest` each module's outputs of this step (`outputs`' lists, concatenated; only the
+    `last` ones if given), then forget them; `layouts` names the modules whose output is laid
+    out otherwise than `layout`."""
     for name, chunks in seen.items():
-        digest(step, f"output {name}", torch.cat(chunks), (layouts or {}).get(name, layout))
+        digest(step, f"output {name}", torch.cat(chunks[-last:] if last else chunks), (layouts or {}).get(name, layout))
     seen.clear()

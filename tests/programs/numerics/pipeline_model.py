@@ -92,7 +92,9 @@ def train(*, split=even_split, scale_grads: bool = True) -> None:
             loss = torch.stack(losses).mean() if last else None  # equal microbatches: the batch's mean
         if loss is not None:
             digest(step, "loss", loss)
-        digest_outputs(step, seen)
+        # at its first step a stage runs its forward once more, on uninitialised buffers (the
+        # schedule's metadata inference, torch 2.13): the step's outputs are the last microbatches'
+        digest_outputs(step, seen, last=MICROBATCHES if world > 1 else None)
         for name, p in net.named_parameters():
             digest(step, f"grad {name}", p.grad, "part")  # a stage's parameter lives on that rank alone
         opt.step()
