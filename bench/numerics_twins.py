@@ -65,6 +65,9 @@ CASES = [
 ]
 
 
+SAVE: list[str] = []  # --save DIR: each run's stdout kept there
+
+
 def run(program: str, variant: str, world: int, args: list[str], port: int) -> str:
     cmd = [TORCHRUN, "--nproc-per-node", str(world), "--master-port", str(port),
            os.path.join(CORPUS, program + ".py"), variant, *args]  # fmt: skip
@@ -72,6 +75,10 @@ def run(program: str, variant: str, world: int, args: list[str], port: int) -> s
     proc = subprocess.run(cmd, cwd=CORPUS, capture_output=True, text=True, env=env, timeout=300)
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    if SAVE:
+        name = "-".join([program, variant, str(world), *(a.lstrip("-") for a in args)])
+        with open(os.path.join(SAVE[0], name + ".log"), "w") as f:
+            f.write(proc.stdout)
     return proc.stdout
 
 
@@ -160,6 +167,11 @@ def study(case: Case, dtype: str, port: int) -> dict:
         first = first_divergence(runs[variant, world][0], ref, tol)
         report[f"first_{variant}_{world}"] = first
         lines.append(f"  first off world 1 ({variant}@{world}, tol {tol}): {first}")
+    bug = runs["buggy", case.world][0]
+    gaps = [(max(errors(v, ref[k])[1:]), f"step {k[0]} {k[1]}") for k, v in bug.items() if k in ref]
+    top = max(gaps) if gaps else (math.nan, "-")
+    report["buggy_max"] = top
+    lines.append(f"  buggy@{case.world} largest error (max of scaled, norm): {top[0]:.3g} at {top[1]}")
     healthy = runs["healthy", case.world][0]
     errs = {kind: {"rel": [], "scaled": [], "norm": []} for kind in ("output", "grad", "param")}
     worst: dict = {kind: [] for kind in errs}
@@ -188,7 +200,11 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", help="programs to run (default: every case)")
     ap.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     ap.add_argument("--json", help="also write every report here")
+    ap.add_argument("--save", help="keep each run's stdout (its digest lines) in this folder")
     args = ap.parse_args()
+    if args.save:
+        os.makedirs(args.save, exist_ok=True)
+        SAVE.append(args.save)
     reports = []
     for k, case in enumerate(c for c in CASES if not args.only or c.program in args.only):
         for dtype in args.dtypes:

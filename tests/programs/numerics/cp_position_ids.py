@@ -9,7 +9,19 @@ at positions 0.. instead of its offset (the attention mask, computed in the atte
 right): from step 0's forward (the position embedding of rank >= 1) the model computes another
 function. healthy: `offset + arange(chunk)`, offset = rank x chunk.
 
-Figures: see below.
+Real gloo (`NUMERICS_PRINT=1 torchrun --nproc-per-node N cp_position_ids.py VARIANT`, CPU, torch 2.13, float32;
+bench/numerics_twins.py combines the ranks' digest lines into global values):
+  world 1 (both variants alike): loss 3.80857921, 3.16096139, 2.62128973 at steps 0-2.
+  healthy, world 4: the ranks' shares of the loss at step 0 0.980821013, 0.884572983,
+  0.897040069, 1.04614544 (sum 3.80857951); every value within 8e-8 of world 1 (relative to its
+  scale) but the sums of gradients that are zero up to rounding.
+  buggy, world 4: off world 1 from step 0's forward: pos_emb's output (the 4 chunks) sums to
+  22.7669758 against 15.8905153; rank 0's share of the loss is right (0.980821013), the others
+  not (0.829187036, 0.925151706, 1.08412182: sum 3.81928158); at step 2 the loss is 2.75468600
+  against 2.62128973.
+k and v are gathered in one call: torch.distributed.nn.functional.all_gather (torch 2.13, gloo)
+returns a wrong gradient when the gradient it receives is not contiguous (k's, out of q @ k^T):
+gathering k on its own left k's gradient off at world 1 already (norm 26.03 against 34.55).
 """
 
 import torch

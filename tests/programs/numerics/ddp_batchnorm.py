@@ -10,7 +10,19 @@ fc1's bias feeds the norm directly: the norm subtracts the batch mean, so the lo
 depend on that bias and its gradient is zero up to rounding (~1e-9) on every side: a value whose
 relative error against the reference is meaningless (the tolerance trap of issue 37).
 
-Figures: see FIGURES below (filled in from real gloo runs).
+Real gloo (`NUMERICS_PRINT=1 torchrun --nproc-per-node N ddp_batchnorm.py VARIANT`, CPU, torch 2.13, float32;
+bench/numerics_twins.py combines the ranks' digest lines into global values):
+  world 1 (both variants alike): loss 1.56406188, 1.16518712, 0.977318645 at steps 0-2; after
+  step 2 fc1.weight -2.31220676, bn.weight 15.901998, bn.bias -0.116285135, fc2.weight 0.625564449.
+  healthy, world 4: the ranks' losses at step 0 1.77719259, 2.2120285, 0.824530363, 1.44249618
+  (mean 1.56406191); after step 2 fc1.weight -2.31220682, bn.bias -0.116285133, fc2.weight
+  0.625564499. Every value within 6e-8 of world 1 (relative to its scale) but fc1.bias's
+  gradient: sum -1.8e-8 against -2.5e-8 at step 0 (both zero up to rounding; norm off by 0.61).
+  buggy, world 4: off world 1 from step 0's forward: bn's output has the same sum (0) and sum of
+  squares (numel) on every side - a normalised output always does - but other values (its max);
+  fc2's output sum -11.6064024 against -10.4559837; the ranks' losses 1.6422224, 1.95202613,
+  0.827013135, 1.42852259 (mean 1.46244606 against 1.56406188); after step 2 fc1.weight
+  -2.62965101, bn.bias -0.0295973127, fc2.weight 0.772265.
 """
 
 import torch

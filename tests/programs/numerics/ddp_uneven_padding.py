@@ -10,7 +10,18 @@ its tokens' losses and divides by the global token count (all-reduced), times W 
 average (what TorchTitan and HF Trainer's num_items_in_batch do). World 1: the whole batch's
 mean over its 68 tokens (both variants).
 
-Figures: see below.
+Real gloo (`NUMERICS_PRINT=1 torchrun --nproc-per-node N ddp_uneven_padding.py VARIANT`, CPU, torch 2.13, float32;
+bench/numerics_twins.py combines the ranks' digest lines into global values):
+  world 1 (both variants alike): loss 3.45988965, 3.41000032, 3.36259866 at steps 0-2; after
+  step 2 emb.weight 32.0120523, mlp.weight 0.0750751845, mlp.bias -0.218817985.
+  healthy, world 4: the ranks' losses (W x their token sums over the global count) 4.55366516,
+  2.05499697, 3.23257756, 3.99831891 at step 0 (mean 3.45988965); after step 2 emb.weight
+  32.0120522, mlp.weight 0.0750752208, mlp.bias -0.21881799.
+  buggy, world 4: off world 1 at step 0 already in the loss: the ranks' own means 3.51874137,
+  3.49349475, 3.4346137, 3.39857101 average to 3.46135521 (rel 4.2e-4), and the gradients
+  follow; at step 2 3.35394091 against 3.36259866; after step 2 mlp.weight 0.125500611
+  (0.0750751845), mlp.bias -0.243532. In bfloat16 the loss's difference is below 3e-2; the
+  first value off by more is emb.weight's gradient at step 0 (norm 0.032 off).
 """
 
 import torch

@@ -11,7 +11,17 @@ train as two. healthy: the tie restored after parallelize_module (`model.head.we
 model.tok_emb.weight`: both are Shard(0) DTensors of the same mesh). World 1 parallelizes over
 a mesh of one rank, which unties just the same: the reference is the healthy world-1 run.
 
-Figures: see below.
+Real gloo (`NUMERICS_PRINT=1 torchrun --nproc-per-node N tied_untied.py VARIANT`, CPU, torch 2.13, float32;
+bench/numerics_twins.py combines the ranks' digest lines into global values):
+  world 1, healthy: loss 4.57059431, 2.97896314, 2.34147453 at steps 0-2; after step 2
+  tok_emb.weight 31.9820532, block.weight -1.18686566, block.bias -0.479040869.
+  healthy, world 4: loss 4.57059431, 2.97896338, 2.34147406; after step 2 tok_emb.weight
+  31.9820535, block.weight -1.18686559, block.bias -0.479040746 (no head.weight of its own).
+  buggy, world 4: off world 1 from step 0's backward: tok_emb.weight's gradient has nearly the
+  same sum (0.0502694763 against 0.0502696365: the head's part of a cross-entropy gradient sums
+  to 0 over the vocabulary) but its norm is 0.356 off; the loss at step 0 4.57059431 (equal), at
+  step 1 2.97797346 (2.97896314), step 2 2.32961297 (2.34147453); after step 2 tok_emb.weight
+  31.9837643, block.weight -1.17196045, and head.weight 31.981036: a parameter world 1 has not.
 """
 
 import torch
