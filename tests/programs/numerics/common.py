@@ -93,3 +93,69 @@ def report(what: str, t) -> None:
         f"sumsq {full.double().pow(2).sum().item():.9g} local_sum {local.double().sum().item():.9g}",
         flush=True,
     )
+
+
+# The twins of issue 37 (ddp_batchnorm.py, pipeline_*.py, ...) share the conventions below: the
+# variant first, then `--dtype bf16` (model and data in bfloat16; float32 without it) and the
+# program's own options; 3 optimizer steps; with NUMERICS_PRINT=1 every rank prints one `digest`
+# line per value and step, which bench/numerics_twins.py combines into global values.
+TWIN_STEPS = 3
+
+
+def option(name: str, default: str) -> str:
+    """The value after `--NAME` on the command line, or `default`."""
+    args = sys.argv[2:]
+    flag = f"--{name}"
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else default
+
+
+def dtype() -> torch.dtype:
+    """`--dtype bf16|fp32` (default fp32): what the twin's model and data are made of."""
+    name = option("dtype", "fp32")
+    if name not in ("fp32", "bf16"):
+        raise SystemExit(f"{sys.argv[0]}: --dtype takes fp32 or bf16, not {name}")
+    return torch.bfloat16 if name == "bf16" else torch.float32
+
+
+def digest(step: int, what: str, t, layout: str = "replica") -> None:
+    """Real runs only (NUMERICS_PRINT=1): `rank R step S WHAT: sum X sumsq Y numel N layout L`.
+
+    layout says how the ranks' lines make the global value: `replica` (every rank that prints it
+    holds all of it: a DTensor is printed whole), `part` (each rank holds a part: a batch or
+    sequence shard, a vocab shard, a pipeline stage's parameter; the parts' sums add up), `mean`
+    (each rank's loss over an equal share of the batch: the global one is their mean)."""
+    if not os.environ.get("NUMERICS_PRINT"):
+        return
+    from torch.distributed.tensor import DTensor
+
+    t = t.detach()
+    full = (t.full_tensor() if isinstance(t, DTensor) else t).double()
+    line = (
+        f"rank {dist.get_rank()} step {step} {what}: sum {full.sum().item():.17g} "
+        f"sumsq {full.pow(2).sum().item():.17g} numel {full.numel()} layout {layout}\n"
+    )
+    sys.stdout.write(line)  # one write: the ranks share torchrun's stdout, lines stay whole
+    sys.stdout.flush()
+
+
+def outputs(model) -> dict:
+    """NUMERICS_PRINT=1 only (else empty and no hooks): every submodule's forward outputs since
+    the caller last cleared the dict, detached, in a list per name (a pipeline stage runs once
+    per microbatch: torch.cat of the list is the step's batch), for `digest`."""
+    seen: dict = {}
+    if os.environ.get("NUMERICS_PRINT"):
+        for name, m in model.named_modules():
+            if name:
+                m.register_forward_hook(lambda _m, _i, out, name=name: seen.setdefault(name, []).append(out.detach()))
+    return seen
+
+
+def digest_outputs(
+    step: int, seen: dict, layout: str = "part", layouts: dict | None = None, last: int | None = None
+) -> None:
+    """`digest` each module's outputs of this step (`outputs`' lists, concatenated; only the
+    `last` ones if given), then forget them; `layouts` names the modules whose output is laid
+    out otherwise than `layout`."""
+    for name, chunks in seen.items():
+        digest(step, f"output {name}", torch.cat(chunks[-last:] if last else chunks), (layouts or {}).get(name, layout))
+    seen.clear()
