@@ -1,0 +1,102 @@
+"""Issue 37's twins (tests/programs/numerics/: each a healthy and a buggy variant of one program,
+its single-process run the reference), recorded in real mode (a gloo process per rank) with
+--numerics and compared with `analyzer numerics --ref` against the healthy program at world 1.
+
+Every buggy twin is found at the value where the real gloo runs leave world 1 (the figures are
+in each program's docstring, measured with torchrun); every healthy twin is clean, including the
+values that are zero up to rounding (ddp_batchnorm's fc1.bias before the norm) and the pipelines'
+microbatches (their digests join into the batch's)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import PROGRAMS, run_tracer
+
+pytestmark = pytest.mark.records
+
+TWINS = os.path.join(PROGRAMS, "numerics")
+
+# twin -> (world, program arguments after the variant), then the buggy run's findings in order:
+# (kind, value, step, phase) from the real gloo figures
+CASES = {
+    "pipeline_scale_grads": (2, ["--schedule", "gpipe"], [("numerics_divergence", "inp.weight", 0, "backward")]),
+    "pipeline_split": (
+        4,
+        ["--schedule", "1f1b"],
+        [
+            ("parameter_mismatch", "layers.4.weight", 0, "optimizer"),
+            ("parameter_mismatch", "layers.4.bias", 0, "optimizer"),
+            ("numerics_divergence", "out", 0, "forward"),
+        ],
+    ),
+    "ddp_batchnorm": (4, [], [("numerics_divergence", "module.bn", 0, "forward")]),
+    "vocab_parallel_ce": (4, [], [("numerics_divergence", "ce", 0, "forward")]),
+    "tied_untied": (
+        4,
+        [],
+        [
+            ("parameter_mismatch", "head.weight", 0, "optimizer"),
+            ("numerics_divergence", "tok_emb.weight", 0, "backward"),
+        ],
+    ),
+    "cp_position_ids": (4, [], [("numerics_divergence", "pos_emb", 0, "forward")]),
+    "ddp_uneven_padding": (4, [], [("numerics_divergence", "loss", 0, "forward")]),
+    "ep_all_to_all_order": (4, [], [("numerics_divergence", "moe.experts.0", 0, "forward")]),
+}
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory):
+    """twin(name, variant, world) -> its real-mode --numerics recording (cached)."""
+    root = tmp_path_factory.mktemp("twins")
+    cache: dict = {}
+
+    def get(name: str, variant: str, world: int) -> str:
+        if (name, variant, world) not in cache:
+            out = str(root / f"{name}-{variant}-{world}.trace")
+            script = os.path.join(TWINS, name + ".py")
+            args = ["--", variant, *CASES[name][1]]
+            proc = run_tracer(
+                "tracer",
+                "record",
+                "--script",
+                script,
+                "-n",
+                str(world),
+                "--mode",
+                "real",
+                "--numerics",
+                "-o",
+                out,
+                *args,
+            )
+            assert proc.returncode == 0, proc.stderr
+            cache[name, variant, world] = out
+        return cache[name, variant, world]
+
+    return get
+
+
+def numerics(trace: str, ref: str) -> tuple[int, list[dict]]:
+    proc = run_tracer("analyzer", "numerics", trace, "--ref", ref, "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)["findings"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_healthy_twin_is_clean(twin, name):
+    world = CASES[name][0]
+    assert numerics(twin(name, "healthy", world), twin(name, "healthy", 1)) == (0, [])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_buggy_twin_is_found_where_it_leaves_the_single_process_run(twin, name):
+    world, _, expected = CASES[name]
+    rc, findings = numerics(twin(name, "buggy", world), twin(name, "healthy", 1))
+    got = [(f["kind"], f["module"], f["step"], f["phase"]) for f in findings if f["kind"] != "replica_divergence"]
+    assert (rc, got) == (1, expected)
+    first = next(f for f in findings if f["kind"] == "numerics_divergence")
+    assert first["numerics"]["rel_error"] > first["numerics"]["tolerance"]
