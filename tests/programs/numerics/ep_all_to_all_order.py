@@ -13,7 +13,20 @@ holds more than one expert, rows go through another expert's weights, from step 
 the results still return to their own tokens, and every rank issues the same collectives with
 the same sizes. At world 1 (one source) both orders are the same: the bug does nothing.
 
-Figures: see below.
+Real gloo (`NUMERICS_PRINT=1 torchrun --nproc-per-node N ep_all_to_all_order.py VARIANT`, CPU,
+torch 2.13, float32; bench/numerics_twins.py combines the ranks' digest lines into global values):
+  world 1 (both variants alike): loss 1.41260588, 1.34288347, 1.27828014 at steps 0-2; after step
+  2 inp.weight -2.44152839, moe.gate.weight 2.00704252, moe.experts.0.weight -0.963544426,
+  moe.experts.6.weight 0.132819487.
+  healthy, world 4: the ranks' shares of the loss at step 0 0.343631297, 0.316822261,
+  0.377411425, 0.374740899 (sum 1.41260588); after step 2 inp.weight -2.44152841,
+  moe.experts.0.weight -0.963544431, moe.experts.6.weight 0.132819487: every value within 5e-8
+  of world 1 (relative to its scale).
+  buggy, world 4: off world 1 from step 0's forward: the experts' outputs (moe.experts.6's sum
+  5.11061398 against 5.78285714), the loss shares 0.344148099, 0.321297526, 0.378691494,
+  0.378154576 (sum 1.42229170); at step 2 1.28775242 against 1.27828014; after step 2
+  moe.experts.0.weight -1.04442284, moe.experts.6.weight 0.136139361 (expert 2 ends where world 1
+  leaves it, -5.31361082).
 """
 
 import torch
