@@ -8,12 +8,13 @@ buggy: parallelize_module distributes each module's parameters on its own and so
 `head.weight` becomes a parameter of its own (a copy of the embedding's at init), the embedding
 gets only the lookup's gradient and the head only the logits': from step 0's backward they
 train as two. healthy: the tie restored after parallelize_module (`model.head.weight =
-model.tok_emb.weight`: both are Shard(0) DTensors of the same mesh). World 1 parallelizes over
-a mesh of one rank, which unties just the same: the reference is the healthy world-1 run.
+model.tok_emb.weight`: both are Shard(0) DTensors of the same mesh). World 1 trains the model as
+it is (one device needs no tensor parallel; a mesh of one rank would untie it just the same), so
+both variants are the reference there.
 
 Real gloo (`NUMERICS_PRINT=1 torchrun --nproc-per-node N tied_untied.py VARIANT`, CPU, torch 2.13, float32;
 bench/numerics_twins.py combines the ranks' digest lines into global values):
-  world 1, healthy: loss 4.57059431, 2.97896314, 2.34147453 at steps 0-2; after step 2
+  world 1 (both variants alike): loss 4.57059431, 2.97896314, 2.34147453 at steps 0-2; after step 2
   tok_emb.weight 31.9820532, block.weight -1.18686566, block.bias -0.479040869.
   healthy, world 4: loss 4.57059431, 2.97896338, 2.34147406; after step 2 tok_emb.weight
   31.9820535, block.weight -1.18686559, block.bias -0.479040746 (no head.weight of its own).
@@ -54,14 +55,15 @@ dt = dtype()
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = TiedLM().to(dt)
-mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
-plan = {
-    "tok_emb": RowwiseParallel(input_layouts=Replicate()),
-    "head": ColwiseParallel(output_layouts=Replicate()),
-}
-parallelize_module(model, mesh, plan)
-if not buggy:
-    model.head.weight = model.tok_emb.weight
+if dist.get_world_size() > 1:
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
+    plan = {
+        "tok_emb": RowwiseParallel(input_layouts=Replicate()),
+        "head": ColwiseParallel(output_layouts=Replicate()),
+    }
+    parallelize_module(model, mesh, plan)
+    if not buggy:
+        model.head.weight = model.tok_emb.weight
 torch.manual_seed(1)
 tokens = torch.randint(0, VOCAB, (BATCH, SEQ))
 target = torch.randint(0, VOCAB, (BATCH, SEQ))
