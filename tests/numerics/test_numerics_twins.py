@@ -45,7 +45,11 @@ CASES = {
     "cp_position_ids": (4, [], [("numerics_divergence", "pos_emb", 0, "forward")]),
     "ddp_uneven_padding": (4, [], [("numerics_divergence", "loss", 0, "forward")]),
     "ep_all_to_all_order": (4, [], [("numerics_divergence", "moe.experts.0", 0, "forward")]),
+    # Megatron-core TP (its tensor_model_parallel / partition_dim parameters) x a hand-written dp loop
+    "megatron_dp_grads": (4, [], [("numerics_divergence", "fc2.bias", 0, "backward")]),
 }
+NEEDS = {"megatron_dp_grads": "megatron.core"}
+"""Twins of a framework (installed by the test set-up: docs/frameworks.md)."""
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +59,8 @@ def twin(tmp_path_factory):
     cache: dict = {}
 
     def get(name: str, variant: str, world: int, mode: str = "real") -> str:
+        if name in NEEDS:
+            pytest.importorskip(NEEDS[name])
         if (name, variant, world, mode) not in cache:
             out = str(root / f"{name}-{variant}-{world}-{mode}.trace")
             script = os.path.join(TWINS, name + ".py")

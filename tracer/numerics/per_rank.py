@@ -16,7 +16,10 @@ listed, never compared.
 
 from __future__ import annotations
 
+import sys
+
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Partial
 
@@ -98,7 +101,7 @@ class RankNumerics(Numerics):
         try:
             with torch.no_grad():
                 for name, param in root.named_parameters():
-                    if not isinstance(param, DTensor) and param.is_floating_point():
+                    if not isinstance(param, DTensor) and param.is_floating_point() and _tp_shard(param) is None:
                         self._local_row("forward", "init", name, param, part_of=False)
         finally:
             self.busy = False
@@ -126,6 +129,9 @@ class RankNumerics(Numerics):
                 name = self._stage_boundary(what, name)
                 if isinstance(t, DTensor):
                     return self._dtensor_row(phase, what, name, t, part_of)
+                shard = _tp_shard(of) if what in ("grad", "param") else None
+                if shard is not None:
+                    return self._tp_row(phase, what, name, t, *shard)
                 return self._local_row(phase, what, name, t, part_of)
         finally:
             self.busy = False
@@ -159,6 +165,16 @@ class RankNumerics(Numerics):
         )
         return d
 
+    def _tp_row(self, phase, what, name, t, ranks: list[int], dim: int) -> Digest:
+        """A Megatron-core tensor-parallel parameter (or its gradient): a shard along `dim` over
+        its tensor-parallel group, as a DTensor Shard(dim) on a 1-D mesh of those ranks."""
+        (d,) = digests_of([t])
+        shape = list(t.shape)
+        shape[dim] *= len(ranks)
+        numel = t.numel() * len(ranks)
+        self._rank_row(phase, what, name, tensor_dtype(t), shape, numel, d, "", False, list(ranks), [f"S({dim})"])
+        return d
+
     def _rank_row(self, phase, what, name, dtype, shape, numel, d, layout, part_of, mesh=None, pl=None, raw=None):
         c = self.cols
         for key, value in (
@@ -188,6 +204,19 @@ class RankNumerics(Numerics):
         if self.cols["phase"]:
             self.writer.numerics([fmt_numerics.rank_record(max(step, 0), self.rank, self.cols)])
             self.cols = {name: [] for name in fmt_numerics.RANK_FIELD_NAMES}
+
+
+def _tp_shard(param) -> tuple[list[int], int] | None:
+    """(the tensor-parallel group's ranks, the partition dim) of a Megatron-core parameter that
+    its tensor_model_parallel / partition_dim attributes declare a shard; None otherwise."""
+    if param is None or not getattr(param, "tensor_model_parallel", False):
+        return None
+    ps = sys.modules.get("megatron.core.parallel_state")  # only where the program imported it
+    group = ps.get_tensor_model_parallel_group() if ps is not None else None
+    if group is None:
+        return None
+    ranks = dist.get_process_group_ranks(group)
+    return (ranks, int(getattr(param, "partition_dim", 0))) if len(ranks) > 1 else None
 
 
 def _placement(p) -> str:
