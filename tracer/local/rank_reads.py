@@ -20,9 +20,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib._bootstrap_external
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 
 import torch.distributed as dist
 from torch.distributed._local_tensor import _c10d as local_c10d
@@ -56,11 +57,20 @@ rank_values.HOOKS["plain_int"] = plain_int_of_rank_text
 
 
 class _IntMeta(type):
+    # where a module's `int` is ProgramInt, its annotations and type tests name it: it stands
+    # for the builtin there too (torch.library's schema inference looks annotations up in a dict
+    # keyed by `int`; `type(x) == int`)
     def __instancecheck__(cls, obj):
         return isinstance(obj, int)
 
     def __subclasscheck__(cls, sub):
         return issubclass(sub, int)
+
+    def __eq__(cls, other):
+        return other is int or other is cls
+
+    def __hash__(cls):
+        return hash(int)
 
 
 class ProgramInt(int, metaclass=_IntMeta):
@@ -77,11 +87,42 @@ ProgramInt.__name__ = ProgramInt.__qualname__ = "int"
 
 def give_int(f: FrameType) -> None:
     """The module whose code read a rank's text gets commtrace's `int` for its later reads
-    (unless it defines its own), when it is the program's own source (not an installed package:
-    a framework's annotations that say `int` must stay the builtin, torch.library checks them)."""
-    g, path = f.f_globals, f.f_code.co_filename
-    if "int" not in g and "site-packages" not in path and "dist-packages" not in path:
+    (unless it defines its own)."""
+    g = f.f_globals
+    if "int" not in g:
         g["int"] = ProgramInt
+
+
+def names_rank_env(code: CodeType) -> bool:
+    """Does this code (or code nested in it) spell a rank variable's name (`os.environ["RANK"]`,
+    `os.environ.get("LOCAL_RANK", -1)`) or read the environment at all (a helper that is handed
+    its keys: accelerate's `get_int_from_env(["RANK", ...])`)?"""
+    if "environ" in code.co_names or "getenv" in code.co_names:
+        return True
+    for c in code.co_consts:
+        if isinstance(c, str) and c in RANK_ENV:
+            return True
+        if isinstance(c, CodeType) and names_rank_env(c):
+            return True
+    return False
+
+
+def _give_int_at_import(p: Patcher, is_user) -> None:
+    """A module of the program's code (its script's package or an installed framework) whose
+    source names a rank variable gets commtrace's `int` before its body runs: its first
+    `int(os.environ.get("LOCAL_RANK", -1))` (module level, as torchmetrics' `rank_zero_only.rank`)
+    already looks `int` up before the read, where `give_int` comes too late."""
+    loader = importlib._bootstrap_external._LoaderBasics  # type: ignore[attr-defined]
+
+    def exec_module(self, module):
+        code = self.get_code(module.__name__)
+        if code is None:
+            raise ImportError(f"cannot load module {module.__name__!r} when get_code() returns None")
+        if "int" not in module.__dict__ and is_user(code) and names_rank_env(code):
+            module.__dict__["int"] = ProgramInt
+        exec(code, module.__dict__)
+
+    p.set(loader, "exec_module", exec_module)
 
 
 _BRANCHES = (ast.Compare, ast.If, ast.IfExp, ast.While, ast.BoolOp, ast.Assert, ast.Match)
@@ -199,6 +240,7 @@ def install(p: Patcher, rec) -> None:
     world = rec.world_size
     assert rank_branch.decide is rank_values.HOOKS["decide"]  # rank-dependent bools are decided there
     rank_values._USER_CODE[0] = lambda code: rec.attribution._describe(code) is not None
+    _give_int_at_import(p, rank_values._USER_CODE[0])
 
     def read_of(label: str, up: int) -> str:
         return f"{label} at {_site(up + 1)}"
