@@ -19,7 +19,14 @@ from conftest import BIN, REPO, program, stream
 
 from analyzer.loader import load
 
-PARITY = ("parity_generator", "parity_global_seed", "parity_rank_seed", "parity_rank0_print", "parity_rank_shape")
+PARITY = (
+    "parity_generator",
+    "parity_global_seed",
+    "parity_rank_seed",
+    "parity_rank0_print",
+    "parity_rank_shape",
+    "parity_framework_idioms",
+)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import ast
 import contextlib
 import functools
 import importlib._bootstrap_external
+import operator
 import os
 import sys
 from types import CodeType, FrameType
@@ -47,6 +48,8 @@ def _site(depth: int) -> str:
 def plain_int_of_rank_text(text: RankText, f: FrameType) -> int:
     """`int($RANK)` with the builtin int: rank 0's number. Refused where the program's source
     compares or branches on what it is assigned to (the rank cannot be followed from here)."""
+    if _compared_alike(text, f):
+        return int(str.__str__(text))
     used = branch_on_read(f.f_code.co_filename, f.f_lineno)
     if used is not None:
         raise refusal(text.read, f"compared at {rank_values.rel(f.f_code.co_filename)}:{used}")
@@ -54,6 +57,44 @@ def plain_int_of_rank_text(text: RankText, f: FrameType) -> int:
 
 
 rank_values.HOOKS["plain_int"] = plain_int_of_rank_text
+
+
+def _compared_alike(text: RankText, f: FrameType) -> bool:
+    """Is this `int()` call the operand of a comparison with constants that every rank answers
+    alike (`int(os.environ.get("LOCAL_RANK", -1)) != -1`)? Then rank 0's number is what it
+    compares, and the comparison is all that sees it."""
+    try:
+        tree = _TREES.get(f.f_code.co_filename) or _TREES.setdefault(
+            f.f_code.co_filename, ast.parse(open(f.f_code.co_filename).read())
+        )
+        line, end_line, col, end_col = list(f.f_code.co_positions())[f.f_lasti // 2]
+    except (OSError, SyntaxError, ValueError, IndexError):
+        return False
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Compare) or len(n.ops) != 1:
+            continue
+        left = n.left
+        if (left.lineno, left.end_lineno, left.col_offset, left.end_col_offset) != (line, end_line, col, end_col):
+            continue
+        try:
+            other = ast.literal_eval(n.comparators[0])
+        except ValueError:
+            return False
+        op = _COMPARE.get(type(n.ops[0]))
+        if op is None or not isinstance(other, (int, float)):
+            return False
+        return len({op(int(v), other) for v in text.values.values()}) == 1
+    return False
+
+
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 
 
 class _IntMeta(type):
@@ -143,11 +184,19 @@ def branch_on_read(path: str, line: int) -> int | None:
             if scope is tree or node.lineno >= scope.lineno:
                 scope = node
     for node in ast.walk(scope):
-        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            if stmt is None or node.lineno >= stmt.lineno and not isinstance(node, _BLOCKS):
-                stmt = node
+        if node is scope or not isinstance(node, ast.stmt):
+            continue
+        if not node.lineno <= line <= (node.end_lineno or node.lineno):
+            continue
+        body = getattr(node, "body", None)
+        if isinstance(node, _BLOCKS) and body and line >= body[0].lineno:
+            continue  # the line is in its body: a statement there is the one
+        if stmt is None or node.lineno >= stmt.lineno:
+            stmt = node
     if stmt is None:
         return None
+    if isinstance(stmt, (ast.If, ast.While)):  # the read is in the header: its test branches on it
+        return stmt.lineno
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         own = [n for n in ast.walk(stmt) if isinstance(n, _BRANCHES)] or (
             [stmt] if isinstance(stmt, (ast.If, ast.While, ast.Assert)) else []

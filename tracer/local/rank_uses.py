@@ -105,7 +105,8 @@ _BINDING_WORDS = ("incompatible function arguments", "must be", "expected", "arg
 def refusal_of_binding(e: BaseException) -> str | None:
     """The one-line refusal when a TypeError from torch's C++ was handed a rank value: the
     innermost Python frame (the call into C++) holds a RankInt / RankBool / RankText in its
-    locals (itself or inside a list, tuple or dict). None when it does not."""
+    locals (itself or inside a list, tuple or dict), or the last RankInt was made on the line of
+    that call (an argument computed in it). None when neither."""
     if not isinstance(e, TypeError) or not any(w in str(e) for w in _BINDING_WORDS):
         return None
     tb = e.__traceback__
@@ -114,15 +115,17 @@ def refusal_of_binding(e: BaseException) -> str | None:
     if tb is None:
         return None
     frame = tb.tb_frame
-    found = next((v for v in map(_rank_value, frame.f_locals.values()) if v is not None), None)
+    found = next((v.read for v in map(_rank_value, frame.f_locals.values()) if v is not None), None)
+    if found is None and (id(frame), frame.f_code, tb.tb_lineno) in rank_values.LAST_MADE:
+        found = rank_values.LAST_READ[0]  # made by a call in the failing line's own arguments
     if found is None:
         return None
     summary = traceback.extract_tb(tb)[-1]
     call = (summary.line or "").strip()
     where = f"{rel(summary.filename)}:{summary.lineno} in {summary.name}"
     user = _user_line(e)
-    use = f"passed to torch's C++ at {where} (`{call}`)" + (f", called from {user}" if user else "")
-    return str(refusal(found.read, use, "a binding takes one Python value per process"))
+    use = f"passed to a C++ binding at {where} (`{call}`)" + (f", called from {user}" if user else "")
+    return str(refusal(found, use, "a binding takes one Python value per process"))
 
 
 def _rank_value(v, depth: int = 0):

@@ -118,7 +118,18 @@ def make(values: dict[int, int], read: str):
     if len(set(values.values())) == 1:
         return next(iter(values.values()))
     LAST_READ[0] = read
+    f, made = sys._getframe(1), []
+    while f is not None and len(made) < 12:
+        made.append((id(f), f.f_code, f.f_lineno))
+        f = f.f_back
+    LAST_MADE[:] = made
     return RankInt(RankNode(values, read), read)
+
+
+LAST_MADE: list[tuple] = []
+"""(id(frame), code, line) of each frame (innermost first) that was running when the last RankInt
+was made: a C++ binding that fails on the line that made it (`op.initialize(world, get_rank())`)
+was handed that RankInt (rank_uses.refusal_of_binding)."""
 
 
 def _arith(name: str):

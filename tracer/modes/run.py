@@ -87,6 +87,9 @@ def run_job(job: Job) -> int:
     torch.set_flush_denormal(True)
     pg_rank = 0 if job.mode == "local" else job.ranks[0]
     os.environ.update(torchrun_env(pg_rank, job.world_size))
+    from tracer.capture import watchdog
+
+    watchdog.start(pg_rank)
     rec = Recorder(
         mode=job.mode,
         world_size=job.world_size,

@@ -273,6 +273,8 @@ def _rank_status(todo: list[Job], outcomes: list[Outcome], timeout: float | None
             continue
         for r in job.ranks:
             out[r] = {"status": outcome.header_status(), "why": outcome.why(timeout)}
+            if outcome.stack:  # where its Python was when it was stopped (analyzer hang shows it)
+                out[r].update(stack=list(outcome.stack), at=outcome.at)
     return out
 
 
