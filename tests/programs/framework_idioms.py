@@ -2,7 +2,8 @@
 first `int()` is this module's, not the script's): Lightning's / torchmetrics' module-level
 `rank_zero_only` flag and decorator, Accelerate's `get_int_from_env`, its backend test
 `int(os.environ.get("LOCAL_RANK", -1)) != -1`, its `is_main_process` property and device list,
-torchtune's `_get_local_rank`. Every one answers the same on every rank, or observes on rank 0."""
+torchtune's `_get_local_rank`, Lightning's `prepare_data` flags. Every one answers the same on
+every rank, or observes on rank 0."""
 import os
 from functools import wraps
 
@@ -65,6 +66,18 @@ def get_local_rank():
     if local_rank is not None:
         local_rank = int(local_rank)
     return local_rank
+
+
+NODE_RANK = int(os.environ.get("GROUP_RANK", 0))
+
+
+def prepare_data(state):
+    """Lightning's `prepare_data`: rank 0 of the node and of the job kept in names, one through `and`."""
+    local_rank_zero = state.local_process_index == 0
+    global_rank_zero = state.local_process_index == 0 and NODE_RANK == 0
+    if global_rank_zero:
+        print("rank 0 prepares the data", flush=True)
+    return local_rank_zero
 
 
 class State:

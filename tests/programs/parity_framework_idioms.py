@@ -4,13 +4,22 @@ logging through `rank_zero_only`, `is_main_process` and the module-level flag, a
 rank's own device. Every rank's values are a real run's."""
 import torch
 import torch.distributed as dist
-from framework_idioms import LOCAL_RANK_AT_IMPORT, State, backend, get_local_rank, rank_zero_info, rank_zero_only
+from framework_idioms import (
+    LOCAL_RANK_AT_IMPORT,
+    State,
+    backend,
+    get_local_rank,
+    prepare_data,
+    rank_zero_info,
+    rank_zero_only,
+)
 
 from parity_dump import dump
 
 if not dist.is_initialized():
     dist.init_process_group(backend())
 state = State()
+prepare_data(state)
 local_rank = get_local_rank()
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 2)

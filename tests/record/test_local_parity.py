@@ -153,11 +153,29 @@ def test_every_rank_read_is_judged_by_one_rule(recorded, read, label):
         ("random", f"branched on at {USES}:60; rank 0 alone draws random numbers (aten.randn.default) at {USES}:61)"),
         ("while", f"branched on at {USES}:63; only the test of an `if` that rank 0 alone enters"),
         ("generator_seed", "passed where torch takes one Python int (manual_seed expected a long, but got RankInt)"),
+        (
+            "binding",
+            f"passed to a C++ binding at {USES}:74 in <module> (`opts.rootRank = rank`); "
+            "a binding takes one Python value per process)",
+        ),
+        (
+            "returns",
+            f"branched on at {USES}:81; rank 0 alone returns int where the other ranks return None ({USES}:83))",
+        ),
     ],
 )
 def test_rank_uses_local_mode_cannot_carry_are_refused(recorded, use, why):
     line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", use))[1])
     assert f"{ONE_RULE}dist.get_rank() at {USES}:18, {why}" in line and FAKE in line, line
+
+
+def test_a_rank_made_in_a_bindings_own_arguments_is_named_with_the_call(recorded):
+    """DeepSpeed's `shm_comm_op.initialize(self.get_world_size(), self.get_rank())`: no name holds
+    the rank, the call's own argument made it (a TypeError from pybind11 before #38)."""
+    line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", "binding_call"))[1])
+    call = '(lambda o: setattr(o, "rootRank", dist.get_rank()))(dist.ReduceOptions())'
+    assert f"{ONE_RULE}dist.get_rank() at {USES}:76, passed to a C++ binding at {USES}:76 in <lambda> (`{call}`);" in line
+    assert FAKE in line, line
 
 
 def test_a_distributed_sampler_is_refused_not_given_rank_0s_samples(recorded):

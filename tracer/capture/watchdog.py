@@ -38,7 +38,7 @@ class Blocked:
     op: str
     """What it runs: 'all_reduce', 'new_group', 'recv_object_list', ..."""
     group: str
-    """The group it runs on, as the line names it: 'group 0 (ranks 0-3)'."""
+    """The group it runs on, as the line names it: 'group 0 (ranks 0-3)' ('': `op` names it)."""
     waits_for: tuple[int, ...]
     """The global ranks it waits for (its group's other members, or the one sender)."""
     since: float
@@ -96,7 +96,8 @@ def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
 
 def line(b: Blocked, now: float) -> str:
     who = f"for ranks {ranks_text(b.waits_for)}" if len(b.waits_for) != 1 else f"for rank {b.waits_for[0]}"
-    return f"rank {_RANK[0]} waits in {b.op} on {b.group} {who} ({now - b.since:.0f} s so far)"
+    on = f" on {b.group}" if b.group else ""
+    return f"rank {_RANK[0]} waits in {b.op}{on} {who} ({now - b.since:.0f} s so far)"
 
 
 def _watch() -> None:

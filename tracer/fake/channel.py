@@ -108,7 +108,7 @@ class Channel:
         start = time.monotonic()
         delay = 0.0005
         try:
-            with watchdog.blocking(what, "the channel between rank processes", (sender,)):
+            with watchdog.blocking(what, "", (sender,)):  # `what` names its group
                 while not os.path.exists(path):
                     waited = time.monotonic() - start
                     done = os.path.join(self.folder, "done", str(sender))

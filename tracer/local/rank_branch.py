@@ -28,7 +28,7 @@ import sys
 import weakref
 from typing import Any
 
-from tracer.local import rank_values
+from tracer.local import rank_kept, rank_values
 from tracer.local.rank_values import RankBool, refusal, rel
 
 ACTIVE: list[_Branch] = []
@@ -41,6 +41,8 @@ def decide(rb: RankBool, depth: int) -> bool:
     if ACTIVE:  # inside a rank-0 body already: everything here is rank 0's Python, checked
         return first
     f = sys._getframe(depth + 1)
+    if rank_kept.keep(f, rb):  # `name = rank == 0 and ...`: the name is set per rank after it
+        return first
     path = f.f_code.co_filename
     site = f"{rel(path)}:{f.f_lineno}"
     key = (f.f_code, f.f_lasti)

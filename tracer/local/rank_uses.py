@@ -124,7 +124,8 @@ def refusal_of_binding(e: BaseException) -> str | None:
     call = (summary.line or "").strip()
     where = f"{rel(summary.filename)}:{summary.lineno} in {summary.name}"
     user = _user_line(e)
-    use = f"passed to a C++ binding at {where} (`{call}`)" + (f", called from {user}" if user else "")
+    called = f", called from {user}" if user and user != f"{rel(summary.filename)}:{summary.lineno}" else ""
+    use = f"passed to a C++ binding at {where} (`{call}`){called}"
     return str(refusal(found, use, "a binding takes one Python value per process"))
 
 
