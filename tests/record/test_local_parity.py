@@ -174,7 +174,8 @@ def test_a_rank_made_in_a_bindings_own_arguments_is_named_with_the_call(recorded
     the rank, the call's own argument made it (a TypeError from pybind11 before #38)."""
     line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", "binding_call"))[1])
     call = '(lambda o: setattr(o, "rootRank", dist.get_rank()))(dist.ReduceOptions())'
-    assert f"{ONE_RULE}dist.get_rank() at {USES}:76, passed to a C++ binding at {USES}:76 in <lambda> (`{call}`);" in line
+    at = f"{USES}:76"
+    assert f"{ONE_RULE}dist.get_rank() at {at}, passed to a C++ binding at {at} in <lambda> (`{call}`);" in line
     assert FAKE in line, line
 
 

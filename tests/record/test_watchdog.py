@@ -13,11 +13,18 @@ from tracer.executors.stacks import main_thread_stack, stack_of_log
 
 
 def test_the_line_names_the_op_the_group_and_the_ranks_waited_for():
-    b = watchdog.Blocked(op="all_reduce", group=watchdog.describe_group("3", (0, 2, 4, 5, 6)), waits_for=(0, 4, 5, 6), since=10.0)
+    b = watchdog.Blocked(
+        op="all_reduce", group=watchdog.describe_group("3", (0, 2, 4, 5, 6)), waits_for=(0, 4, 5, 6), since=10.0
+    )
     watchdog._RANK[0] = 2
-    assert watchdog.line(b, 17.4) == "rank 2 waits in all_reduce on group 3 (ranks 0, 2, 4-6) for ranks 0, 4-6 (7 s so far)"
+    assert (
+        watchdog.line(b, 17.4)
+        == "rank 2 waits in all_reduce on group 3 (ranks 0, 2, 4-6) for ranks 0, 4-6 (7 s so far)"
+    )
     one = watchdog.Blocked(op="recv_object_list (its recv #0 on group 0)", group="", waits_for=(1,), since=0.0)
-    assert watchdog.line(one, 5.0) == "rank 2 waits in recv_object_list (its recv #0 on group 0) for rank 1 (5 s so far)"
+    assert (
+        watchdog.line(one, 5.0) == "rank 2 waits in recv_object_list (its recv #0 on group 0) for rank 1 (5 s so far)"
+    )
     assert [watchdog.ranks_text(r) for r in ((), (3,), (0, 1), (0, 1, 2), (5, 1, 2, 3, 9))] == [
         "none",
         "3",

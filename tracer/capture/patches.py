@@ -149,7 +149,9 @@ def _install_groups(p: Patcher, rec: Recorder) -> None:
         world = c10d._get_default_group().size()
         members = tuple(sorted(ranks)) if ranks else tuple(range(world))
         me = c10d._get_default_group().rank()
-        with watchdog.blocking("new_group", f"a new group (ranks {watchdog.ranks_text(members)})", _others(members, me)):
+        with watchdog.blocking(
+            "new_group", f"a new group (ranks {watchdog.ranks_text(members)})", _others(members, me)
+        ):
             pg = orig_new(ranks, timeout, backend, backend_options, *args, **kwargs)
         if getattr(_tls, "quiet", False):
             return pg

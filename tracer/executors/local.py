@@ -18,8 +18,8 @@ import time
 
 from traceformat.workers import context
 from tracer.executors.outcome import Outcome
-from tracer.executors.stacks import stack_of_log
 from tracer.executors.shared import Progress, helper_jobs, log_path, own_peak_bytes, peak_path
+from tracer.executors.stacks import stack_of_log
 from tracer.fake.channel import blocked_ranks, channel_dir
 from tracer.modes.run import Job
 

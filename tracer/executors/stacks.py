@@ -53,7 +53,9 @@ def stack_of_log(path: str, root: str) -> tuple[list[str], str]:
         return [], ""
     frames = main_thread_stack(text)[:MAX_FRAMES]
     lines = [f"{_rel(p, root)}:{n} in {name}" for p, n, name in frames]
-    at = next((line for (p, _, _), line in zip(frames, lines, strict=True) if not p.startswith("<") and is_user_path(p)), "")
+    at = next(
+        (line for (p, _, _), line in zip(frames, lines, strict=True) if not p.startswith("<") and is_user_path(p)), ""
+    )
     return lines, at
 
 

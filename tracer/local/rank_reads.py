@@ -25,6 +25,7 @@ import operator
 import os
 import sys
 from types import CodeType, FrameType
+from typing import Any
 
 import torch.distributed as dist
 from torch.distributed._local_tensor import _c10d as local_c10d
@@ -67,7 +68,8 @@ def _compared_alike(text: RankText, f: FrameType) -> bool:
         tree = _TREES.get(f.f_code.co_filename) or _TREES.setdefault(
             f.f_code.co_filename, ast.parse(open(f.f_code.co_filename).read())
         )
-        line, end_line, col, end_col = list(f.f_code.co_positions())[f.f_lasti // 2]
+        code: Any = f.f_code  # co_positions: Python 3.11
+        line, end_line, col, end_col = list(code.co_positions())[f.f_lasti // 2]
     except (OSError, SyntaxError, ValueError, IndexError):
         return False
     for n in ast.walk(tree):

@@ -17,6 +17,7 @@ import ast
 import functools
 import traceback
 from types import FrameType
+from typing import Any
 
 import torch.distributed as dist
 
@@ -70,7 +71,8 @@ def _subscript_at(f: FrameType) -> ast.Subscript | None:
             _TREES[path] = None
     tree = _TREES[path]
     try:
-        pos = list(f.f_code.co_positions())[f.f_lasti // 2]
+        code: Any = f.f_code  # co_positions: Python 3.11
+        pos = list(code.co_positions())[f.f_lasti // 2]
     except (IndexError, AttributeError):
         return None
     if tree is None or pos[0] is None:

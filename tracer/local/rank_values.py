@@ -118,7 +118,8 @@ def make(values: dict[int, int], read: str):
     if len(set(values.values())) == 1:
         return next(iter(values.values()))
     LAST_READ[0] = read
-    f, made = sys._getframe(1), []
+    f: FrameType | None = sys._getframe(1)
+    made: list[tuple] = []
     while f is not None and len(made) < 12:
         made.append((id(f), f.f_code, f.f_lineno))
         f = f.f_back

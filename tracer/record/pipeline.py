@@ -267,7 +267,7 @@ def _rank_status(todo: list[Job], outcomes: list[Outcome], timeout: float | None
     """What the trace header says of ranks whose process did not finish by itself (killed,
     timed out, never started): their parts cannot say it (a program's own exception is in its
     part's end record). Ranks that finished are left out: a header stays small at 100k ranks."""
-    out = {}
+    out: dict[int, dict] = {}
     for job, outcome in zip(todo, outcomes):
         if outcome.ran_to_end:
             continue
