@@ -2,7 +2,7 @@
 first `int()` is this module's, not the script's): Lightning's / torchmetrics' module-level
 `rank_zero_only` flag and decorator, Accelerate's `get_int_from_env`, its backend test
 `int(os.environ.get("LOCAL_RANK", -1)) != -1`, its `is_main_process` property and device list,
-torchtune's `_get_local_rank`, Lightning's `prepare_data` flags. Every one answers the same on
+torchtune's `_get_local_rank` and guard clause, Lightning's `prepare_data` flags. Every one answers the same on
 every rank, or observes on rank 0."""
 import os
 from functools import wraps
@@ -66,6 +66,14 @@ def get_local_rank():
     if local_rank is not None:
         local_rank = int(local_rank)
     return local_rank
+
+
+def warn_once(msg):
+    """torchtune's `deprecated` warning: a guard clause the other ranks leave by."""
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if rank != 0:
+        return
+    print(msg, flush=True)
 
 
 NODE_RANK = int(os.environ.get("GROUP_RANK", 0))

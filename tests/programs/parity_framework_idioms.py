@@ -12,6 +12,7 @@ from framework_idioms import (
     prepare_data,
     rank_zero_info,
     rank_zero_only,
+    warn_once,
 )
 
 from parity_dump import dump
@@ -34,6 +35,7 @@ for step in range(2):
         dist.all_reduce(p.grad)
     opt.step()
     rank_zero_info(f"step {step}")
+    warn_once(f"rank 0 only, step {step}")
     if rank_zero_only.rank == 0:
         print("module-level flag says rank 0", flush=True)
     if state.is_main_process:

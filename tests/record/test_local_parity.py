@@ -184,7 +184,8 @@ def test_a_distributed_sampler_is_refused_not_given_rank_0s_samples(recorded):
     before #31 every simulated rank silently got rank 0's shard of the data."""
     line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", "sampler"))[1])
     assert f"{ONE_RULE}dist.get_rank() at " in line and "torch/utils/data/distributed.py:" in line, line
-    assert f"used as one Python number at {USES}:70)" in line and FAKE in line, line
+    assert f"used as one Python number at {USES}:70; a DistributedSampler picks each rank's samples in Python" in line
+    assert FAKE in line, line
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,11 @@ take rank 0's side only when what the other ranks do instead cannot change what 
    checked on every op it dispatches (local/ops.py), calls made from it included.
    A tensor read in it (`loss.item()` for a log line) is rank 0's value, as rank 0 prints it.
 
+Two function shapes that rank-zero-only helpers take are such branches too: a guard clause
+`if rank != 0: return` at the top of a function (the rest of the function is rank 0's body), and
+`if rank == 0: return fn(*args)` followed by `return default` (Lightning's `rank_zero_only`);
+the value rank 0 returns must be the other ranks' or be dropped by the caller (`_guard`, `_tail`).
+
 Anything else is refused in one line naming the rank read, the branch and why (rank_values'
 one rule). Python state a call inside the body changes in objects (not tensors) is not followed.
 """
@@ -49,6 +54,11 @@ def decide(rb: RankBool, depth: int) -> bool:
     if key not in _JUDGED:  # the source's verdict on this branch, the same every time it runs
         _JUDGED[key] = _judge(f, path)
     node, why, tail = _JUDGED[key]
+    guard = _guard(_SCOPES.get(id(node)), node) if node is not None and not first else None
+    if guard is not None:  # `if rank != 0: return`: the rest of the function is rank 0's body
+        scope = _SCOPES[id(node)]
+        _Branch(f, node, rb.read, site, guard, last_line=scope.end_lineno or node.lineno).start()
+        return first
     if why is None and not first:
         why = f"rank 0 skips the body other ranks run ({rel(path)}:{node.body[0].lineno})"
     if why is not None:
@@ -99,12 +109,15 @@ def _verdict(f, path: str) -> tuple:
 class _Branch:
     """A rank-0 branch being run: from its test until the frame leaves the `if`."""
 
-    def __init__(self, frame, node: ast.If, read: str, site: str, tail: ast.Return | None = None):
+    def __init__(
+        self, frame, node: ast.If, read: str, site: str, tail: ast.Return | None = None, last_line: int | None = None
+    ):
         self.frame, self.node, self.read, self.site = frame, node, read, site
         self.tail = tail
-        """The function's return the other ranks reach, where the body returns (see `_tail`)."""
+        """The function's return the other ranks reach, where the body returns (see `_tail`), or
+        the guard's return they take (see `_guard`: then the branch runs to the function's end)."""
         self.first_line = node.lineno
-        self.last_line = node.end_lineno or node.lineno
+        self.last_line = last_line or node.end_lineno or node.lineno
         self.fresh: weakref.WeakSet = weakref.WeakSet()
         """Tensors made inside the branch (writing them changes nothing outside it)."""
         self.prev_global: Any = None
@@ -298,6 +311,19 @@ def _tail(scope: ast.AST | None, node: ast.If) -> ast.Return | None:
         if isinstance(value, (ast.Constant, ast.Name)):
             return after[0]
     return None
+
+
+def _guard(scope: ast.AST | None, node: ast.If) -> ast.Return | None:
+    """A guard clause rank 0 passes: `if rank != 0: return` at the top of a function, no else,
+    its body one `return` of nothing, a constant or a name (torchtune's `deprecated` warning). The
+    other ranks return that; rank 0 runs the rest of the function alone, as a rank-0 body (its
+    ops checked, its result the others' or dropped by the caller: `_Branch._check_return`)."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or node not in scope.body or node.orelse:
+        return None
+    if len(node.body) != 1 or not isinstance(node.body[0], ast.Return):
+        return None
+    value = node.body[0].value
+    return node.body[0] if value is None or isinstance(value, (ast.Constant, ast.Name)) else None
 
 
 def _dropped(caller) -> bool:

@@ -229,7 +229,8 @@ class RankInt(torch.SymInt):
         same, index = HOOKS["same_item"](f, self.node._local_ints)  # seq[rank], one item for all
         if same:
             return index
-        raise refusal(self.read, f"used as one Python number at {user_site(1)}")
+        detail = _SAMPLER if f.f_code.co_filename.endswith(_SAMPLER_FILE) else ""
+        raise refusal(self.read, f"used as one Python number at {user_site(1)}", detail)
 
     def __int__(self):
         if _formatting(sys._getframe(1)):
@@ -258,6 +259,12 @@ class RankInt(torch.SymInt):
     def __format__(self, spec):
         return format(self.first(), spec)
 
+
+_SAMPLER_FILE = os.path.join("torch", "utils", "data", "distributed.py")
+_SAMPLER = (
+    "a DistributedSampler picks each rank's samples in Python, one list per rank (as Lightning's and "
+    "Accelerate's data loaders shard the data)"
+)
 
 _BINARY_OP = dis.opmap.get("BINARY_OP", -1)
 _REMAINDER = (6, 19)  # NB_REMAINDER, NB_INPLACE_REMAINDER
