@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copyreg
 import functools
 import importlib._bootstrap_external
 import operator
@@ -126,6 +127,7 @@ class ProgramInt(int, metaclass=_IntMeta):
 
 
 ProgramInt.__name__ = ProgramInt.__qualname__ = "int"
+copyreg.pickle(_IntMeta, lambda cls: (type, (0,)))  # pickled as the builtin: type(0) is int
 
 
 def give_int(f: FrameType) -> None:
