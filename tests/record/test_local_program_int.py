@@ -13,8 +13,9 @@ from tracer.local.rank_reads import ProgramInt
 
 
 def test_it_is_the_builtin_for_every_use_as_a_type():
-    assert ProgramInt == int and hash(ProgramInt) == hash(int) and {int: "int"}[ProgramInt] == "int"
-    assert typing.Optional[ProgramInt] == typing.Optional[int]
+    assert ProgramInt == int  # noqa: E721 (the comparison is the point)
+    assert hash(ProgramInt) == hash(int) and {int: "int"}[ProgramInt] == "int"
+    assert typing.Optional[ProgramInt] == typing.Optional[int]  # noqa: UP045 (what annotations spell)
     assert isinstance(3, ProgramInt) and isinstance(True, ProgramInt) and issubclass(bool, ProgramInt)
     assert type(ProgramInt("7")) is int and ProgramInt("7") == 7 and ProgramInt("ff", 16) == 255
     assert pickle.loads(pickle.dumps([ProgramInt, 3])) == [int, 3]

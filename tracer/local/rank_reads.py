@@ -127,7 +127,13 @@ class ProgramInt(int, metaclass=_IntMeta):
 
 
 ProgramInt.__name__ = ProgramInt.__qualname__ = "int"
-copyreg.pickle(_IntMeta, lambda cls: (type, (0,)))  # pickled as the builtin: type(0) is int
+
+
+def _as_builtin(cls) -> Any:
+    return (type, (0,))  # pickled as the builtin: type(0) is int
+
+
+copyreg.pickle(_IntMeta, _as_builtin)
 
 
 def give_int(f: FrameType) -> None:
