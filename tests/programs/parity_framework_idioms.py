@@ -2,6 +2,8 @@
 backend test, a per-rank seed from torchtune's local rank, a batch on Accelerate's device, rank-0
 logging through `rank_zero_only`, `is_main_process` and the module-level flag, a barrier on the
 rank's own device. Every rank's values are a real run's."""
+import os
+
 import torch
 import torch.distributed as dist
 from framework_idioms import (
@@ -15,7 +17,11 @@ from framework_idioms import (
     warn_once,
 )
 
+from framework_int import is_launched
 from parity_dump import dump
+
+if not is_launched(os.environ.get("LOCAL_RANK", "-1")):
+    raise SystemExit("run it with torchrun")
 
 if not dist.is_initialized():
     dist.init_process_group(backend())
