@@ -40,6 +40,8 @@ def stalled(
     tail = f"; its last recorded op was {last}" if last else "; it recorded no collective"
     if status.get("status", "ok") != "ok":
         tail += f" and it ended with {status['status']}" + (f": {status['error']}" if status.get("error") else "")
+    if status.get("stack"):  # its Python stack when it was stopped (the trace header's rank_status)
+        tail += f"; when stopped it was at {status.get('at') or status['stack'][0]}"
     msg = (
         f"rank {rank} never entered {what} ({frame}); {len(waiters)} rank"
         f"{'s' if len(waiters) != 1 else ''} wait on it transitively ({len(direct)} directly){tail}"

@@ -226,6 +226,8 @@ def from_data(data: fmt.TraceData, notes: list[str] | None = None, columns: dict
     for r, s in _header_status(data.header).items():  # the recorder's word on ranks stopped from outside
         if status.get(r, {}).get("status") in (None, "truncated"):
             status[r] = {"n": n_of.get(r, 0), "status": s["status"], "error": s.get("why")}
+            if s.get("stack"):
+                status[r].update(stack=s["stack"], at=s.get("at") or "")
     truncated = data.truncated_at is not None or any(s["status"] not in ("ok", "error") for s in status.values())
     trace = Trace(
         header=data.header,
@@ -264,7 +266,13 @@ def _header_status(header: dict) -> dict[int, dict]:
     if not isinstance(given, dict):
         return {}
     return {
-        r: {"status": s["status"], "why": s.get("why") if isinstance(s.get("why"), str) else None}
+        r: {
+            "status": s["status"],
+            "why": s.get("why") if isinstance(s.get("why"), str) else None,
+            # where a stopped rank's Python was (the recorder's, from faulthandler): text lines
+            "stack": [x for x in s["stack"] if isinstance(x, str)] if isinstance(s.get("stack"), list) else [],
+            "at": s.get("at") if isinstance(s.get("at"), str) else "",
+        }
         for r, s in given.items()
         if type(r) is int and 0 <= r < world and isinstance(s, dict) and isinstance(s.get("status"), str)
     }

@@ -69,4 +69,20 @@ elif use == "sampler":  # torch.utils.data reads the rank itself to pick each ra
     data = TensorDataset(torch.arange(16.0))
     for (batch,) in DataLoader(data, batch_size=2, sampler=DistributedSampler(data, shuffle=False)):
         dist.all_reduce(batch)
+elif use == "binding":  # a pybind11 setter takes one Python int per process
+    opts = dist.ReduceOptions()
+    opts.rootRank = rank
+elif use == "binding_call":  # the rank made in the call's own arguments
+    (lambda o: setattr(o, "rootRank", dist.get_rank()))(dist.ReduceOptions())
+elif use == "returns":  # a rank-zero-only wrapper whose value the caller keeps
+
+    def on_rank0(fn):
+        def wrapped():
+            if rank == 0:
+                return fn()
+            return None
+
+        return wrapped
+
+    got = on_rank0(lambda: 5)()
 dist.all_reduce(w)

@@ -19,7 +19,14 @@ from conftest import BIN, REPO, program, stream
 
 from analyzer.loader import load
 
-PARITY = ("parity_generator", "parity_global_seed", "parity_rank_seed", "parity_rank0_print", "parity_rank_shape")
+PARITY = (
+    "parity_generator",
+    "parity_global_seed",
+    "parity_rank_seed",
+    "parity_rank0_print",
+    "parity_rank_shape",
+    "parity_framework_idioms",
+)
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +153,15 @@ def test_every_rank_read_is_judged_by_one_rule(recorded, read, label):
         ("random", f"branched on at {USES}:60; rank 0 alone draws random numbers (aten.randn.default) at {USES}:61)"),
         ("while", f"branched on at {USES}:63; only the test of an `if` that rank 0 alone enters"),
         ("generator_seed", "passed where torch takes one Python int (manual_seed expected a long, but got RankInt)"),
+        (
+            "binding",
+            f"passed to a C++ binding at {USES}:74 in <module> (`opts.rootRank = rank`); "
+            "a binding takes one Python value per process)",
+        ),
+        (
+            "returns",
+            f"branched on at {USES}:81; rank 0 alone returns int where the other ranks return None ({USES}:83))",
+        ),
     ],
 )
 def test_rank_uses_local_mode_cannot_carry_are_refused(recorded, use, why):
@@ -153,12 +169,23 @@ def test_rank_uses_local_mode_cannot_carry_are_refused(recorded, use, why):
     assert f"{ONE_RULE}dist.get_rank() at {USES}:18, {why}" in line and FAKE in line, line
 
 
+def test_a_rank_made_in_a_bindings_own_arguments_is_named_with_the_call(recorded):
+    """DeepSpeed's `shm_comm_op.initialize(self.get_world_size(), self.get_rank())`: no name holds
+    the rank, the call's own argument made it (a TypeError from pybind11 before #38)."""
+    line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", "binding_call"))[1])
+    call = '(lambda o: setattr(o, "rootRank", dist.get_rank()))(dist.ReduceOptions())'
+    at = f"{USES}:76"
+    assert f"{ONE_RULE}dist.get_rank() at {at}, passed to a C++ binding at {at} in <lambda> (`{call}`);" in line
+    assert FAKE in line, line
+
+
 def test_a_distributed_sampler_is_refused_not_given_rank_0s_samples(recorded):
     """DistributedSampler reads the rank inside torch.utils.data to pick each rank's samples:
     before #31 every simulated rank silently got rank 0's shard of the data."""
     line = _refusal(recorded("rank_uses", 4, "local", args=("get_rank", "sampler"))[1])
     assert f"{ONE_RULE}dist.get_rank() at " in line and "torch/utils/data/distributed.py:" in line, line
-    assert f"used as one Python number at {USES}:70)" in line and FAKE in line, line
+    assert f"used as one Python number at {USES}:70; a DistributedSampler picks each rank's samples in Python" in line
+    assert FAKE in line, line
 
 
 @pytest.mark.parametrize(

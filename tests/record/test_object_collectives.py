@@ -150,7 +150,7 @@ def test_object_waits_time_out_with_one_line_and_exit_2(tmp_path):
             "-j",
             "1",
             "--timeout",
-            "2",
+            "7",
             "-o",
             str(out),
         ],
@@ -162,7 +162,14 @@ def test_object_waits_time_out_with_one_line_and_exit_2(tmp_path):
     first = [line for line in p.stderr.splitlines() if line.startswith("error: rank")]
     assert len(first) == 1 and "Traceback" not in p.stderr
     assert (
-        "rank 0 waited 2 s for recv_object_list (its recv #0 on group 0) from rank 1, which never sent it (--timeout)"
+        "rank 0 waited 7 s for recv_object_list (its recv #0 on group 0) from rank 1, which never sent it (--timeout)"
     ) in first[0]
+    # while they wait (5 s in), each says whom it waits for (the watchdog), though -j 1: a rank
+    # waiting on the channel gives its core to the next rank, so both run at once
+    waits = sorted(line.rsplit(" (", 1)[0] for line in p.stderr.splitlines() if " waits in " in line)
+    assert waits == [
+        "rank 0 waits in recv_object_list (its recv #0 on group 0) for rank 1",
+        "rank 1 waits in recv_object_list (its recv #0 on group 0) for rank 0",
+    ], p.stderr
     t = load(str(out) + ".parts") if not out.exists() else load(str(out))
     assert [e["op"] for e in stream(t, 0)] == ["init_process_group", "all_reduce", "recv"]

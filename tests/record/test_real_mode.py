@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from conftest import one_line_error, program, run_tracer, sig, stream
@@ -110,16 +111,30 @@ def test_a_hang_times_out_and_the_post_mortem_names_the_stalled_rank(tmp_path):
                    "--timeout", "10", "-o", str(out))  # fmt: skip
     assert p.returncode == 2, p.stderr  # ranks failed: the partial trace is written, exit 2
     assert "timed out after 10 s" in p.stderr and "Traceback" not in p.stderr
+    assert "error: ranks 0-3: timed out after 10 s" in p.stderr  # all four: none died of a peer killed first
+    # while they wait (5 s in, before the kill), the three ranks in the all_reduce say whom they
+    # wait for, on the terminal; rank 2, asleep in its own code, is in no op
+    waits = sorted(re.sub(r" \(\d+ s so far\)$", "", line) for line in p.stderr.splitlines() if " waits in " in line)
+    assert waits == [
+        "rank 0 waits in all_reduce on group 0 (ranks 0-3) for ranks 1-3",
+        "rank 1 waits in all_reduce on group 0 (ranks 0-3) for ranks 0, 2, 3",
+        "rank 3 waits in all_reduce on group 0 (ranks 0-3) for ranks 0-2",
+    ], p.stderr
     # each killed rank's log holds where it was stuck: rank 2 in its sleep, the others in the
-    # all_reduce that waits for it (faulthandler, before SIGKILL)
+    # all_reduce that waits for it (faulthandler, before SIGKILL); the trace holds the same stack
+    status = load(str(out)).header["rank_status"]
     for r in range(4):
         log = open(f"{out}.parts/job_{r:05d}.log").read()
         assert f'hang_one_rank.py", line {12 if r == 2 else 13} in <module>' in log, (r, log)
+        assert status[r]["at"].endswith(f"hang_one_rank.py:{12 if r == 2 else 13} in <module>"), status[r]
+        first = status[r]["stack"][0]
+        assert first == status[r]["at"] if r == 2 else first.startswith("tracer/real/backend.py:"), status[r]["stack"]
     h = run_tracer("analyzer", "hang", str(out), "--json")
     assert h.returncode == 1, h.stderr
     stalled = [f for f in json.loads(h.stdout)["findings"] if f["kind"] == "stalled_rank"]
     assert [f["culprit_ranks"] for f in stalled] == [[2]]
     assert "hang_one_rank.py:13" in stalled[0]["message"]
+    assert stalled[0]["message"].endswith("hang_one_rank.py:12 in <module>"), stalled[0]["message"]
 
 
 def test_fewer_jobs_than_ranks_is_refused_before_starting(tmp_path):

@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from tracer.capture import process_group as rpg
+from tracer.capture import watchdog
 from tracer.capture.recorder import GroupRef, Recorder, RecordError
 
 _tls = threading.local()
@@ -88,6 +89,11 @@ def install(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> None:
 
 
 # ---- process groups ------------------------------------------------------------------------
+def _others(members: tuple[int, ...], me: int) -> tuple[int, ...]:
+    """The members a rank creating a group waits for (all of them when it is not one)."""
+    return tuple(r for r in members if r != me)
+
+
 def _install_init(p: Patcher, rec: Recorder, *, rank: int, world_size: int) -> None:
     orig = c10d.init_process_group
 
@@ -140,11 +146,15 @@ def _install_groups(p: Patcher, rec: Recorder) -> None:
         # stay torch's fake groups: they never communicate.
         if str(backend).lower() != "fake":
             backend, backend_options = None, None
-        pg = orig_new(ranks, timeout, backend, backend_options, *args, **kwargs)
-        if getattr(_tls, "quiet", False):
-            return pg
         world = c10d._get_default_group().size()
         members = tuple(sorted(ranks)) if ranks else tuple(range(world))
+        me = c10d._get_default_group().rank()
+        with watchdog.blocking(
+            "new_group", f"a new group (ranks {watchdog.ranks_text(members)})", _others(members, me)
+        ):
+            pg = orig_new(ranks, timeout, backend, backend_options, *args, **kwargs)
+        if getattr(_tls, "quiet", False):
+            return pg
         if kwargs.get("sort_ranks") is False and ranks:
             members = tuple(ranks)
         desc = kwargs.get("group_desc") or "undefined"

@@ -19,6 +19,7 @@ import time
 from traceformat.workers import context
 from tracer.executors.outcome import Outcome
 from tracer.executors.shared import Progress, helper_jobs, log_path, own_peak_bytes, peak_path
+from tracer.executors.stacks import stack_of_log
 from tracer.fake.channel import blocked_ranks, channel_dir
 from tracer.modes.run import Job
 
@@ -44,6 +45,9 @@ _PRELOAD = [
 def _child(job: Job, log: str) -> None:
     import faulthandler
 
+    from tracer.capture import watchdog
+
+    watchdog.TERMINAL[0] = os.dup(2)  # where `tracer record` prints: a rank blocked says so there
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -81,8 +85,9 @@ def _stacks_then_kill(procs: list) -> None:
             pass
     if procs:
         time.sleep(0.5)
-    for proc in procs:
+    for proc in procs:  # every kill before any join: a rank killed late would see its peer gone
         proc.kill()
+    for proc in procs:
         proc.join()
 
 
@@ -142,7 +147,8 @@ def run(
             _stacks_then_kill([running[i][0] for i in late])  # together: none outlives a peer killed first
             for i, (proc, _started) in list(running.items()):
                 if i in late:
-                    codes[i] = Outcome.timed_out()
+                    stack, at = stack_of_log(log_path(jobs[i]), jobs[i].root or os.getcwd())
+                    codes[i] = Outcome.timed_out(tuple(stack), at)
                 elif not proc.is_alive():
                     proc.join()
                     codes[i] = Outcome.of_exit(proc.exitcode)

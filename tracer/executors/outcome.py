@@ -42,6 +42,11 @@ class Outcome:
     """The process's exit status (negative: the signal), where it had one."""
     reason: str = ""
     """The executor's own line on why the job never ran (NOT_STARTED)."""
+    stack: tuple[str, ...] = ()
+    """A timed-out process's main-thread Python stack when it was stopped, innermost first
+    ('path:line in function', executors/stacks.py)."""
+    at: str = ""
+    """The innermost frame of that stack in the program's own code ('' if none)."""
 
     @classmethod
     def of_exit(cls, status: int | None) -> Outcome:
@@ -56,8 +61,8 @@ class Outcome:
         return cls(ending.get(status, Ending.KILLED if status < 0 else Ending.EXITED), status)
 
     @classmethod
-    def timed_out(cls) -> Outcome:
-        return cls(Ending.TIMED_OUT)
+    def timed_out(cls, stack: tuple[str, ...] = (), at: str = "") -> Outcome:
+        return cls(Ending.TIMED_OUT, stack=stack, at=at)
 
     @classmethod
     def not_started(cls, reason: str) -> Outcome:

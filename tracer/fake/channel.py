@@ -26,6 +26,8 @@ import os
 import threading
 import time
 
+from tracer.capture import watchdog
+
 _tls = threading.local()
 NEEDS_REAL = "needs real compute"
 """The `done` marker of a rank that stopped to be recorded again with real compute."""
@@ -106,22 +108,23 @@ class Channel:
         start = time.monotonic()
         delay = 0.0005
         try:
-            while not os.path.exists(path):
-                waited = time.monotonic() - start
-                done = os.path.join(self.folder, "done", str(sender))
-                if os.path.exists(done) and not os.path.exists(path):
-                    if _read(done).decode() == NEEDS_REAL:
-                        raise PeerRecordedAgain(f"rank {sender} is recorded again with real compute")
-                    raise ChannelError(
-                        f"rank {self.rank} waits for {what} from rank {sender}, which finished without sending it"
-                    )
-                if self.timeout and waited > self.timeout:
-                    raise ChannelError(
-                        f"rank {self.rank} waited {self.timeout:g} s for {what} from rank {sender}, "
-                        f"which never sent it (--timeout)"
-                    )
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+            with watchdog.blocking(what, "", (sender,)):  # `what` names its group
+                while not os.path.exists(path):
+                    waited = time.monotonic() - start
+                    done = os.path.join(self.folder, "done", str(sender))
+                    if os.path.exists(done) and not os.path.exists(path):
+                        if _read(done).decode() == NEEDS_REAL:
+                            raise PeerRecordedAgain(f"rank {sender} is recorded again with real compute")
+                        raise ChannelError(
+                            f"rank {self.rank} waits for {what} from rank {sender}, which finished without sending it"
+                        )
+                    if self.timeout and waited > self.timeout:
+                        raise ChannelError(
+                            f"rank {self.rank} waited {self.timeout:g} s for {what} from rank {sender}, "
+                            f"which never sent it (--timeout)"
+                        )
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
         finally:
             with contextlib.suppress(OSError):
                 os.remove(marker)

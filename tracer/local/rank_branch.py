@@ -17,6 +17,11 @@ take rank 0's side only when what the other ranks do instead cannot change what 
    checked on every op it dispatches (local/ops.py), calls made from it included.
    A tensor read in it (`loss.item()` for a log line) is rank 0's value, as rank 0 prints it.
 
+Two function shapes that rank-zero-only helpers take are such branches too: a guard clause
+`if rank != 0: return` at the top of a function (the rest of the function is rank 0's body), and
+`if rank == 0: return fn(*args)` followed by `return default` (Lightning's `rank_zero_only`);
+the value rank 0 returns must be the other ranks' or be dropped by the caller (`_guard`, `_tail`).
+
 Anything else is refused in one line naming the rank read, the branch and why (rank_values'
 one rule). Python state a call inside the body changes in objects (not tensors) is not followed.
 """
@@ -28,7 +33,7 @@ import sys
 import weakref
 from typing import Any
 
-from tracer.local import rank_values
+from tracer.local import rank_kept, rank_values
 from tracer.local.rank_values import RankBool, refusal, rel
 
 ACTIVE: list[_Branch] = []
@@ -41,37 +46,55 @@ def decide(rb: RankBool, depth: int) -> bool:
     if ACTIVE:  # inside a rank-0 body already: everything here is rank 0's Python, checked
         return first
     f = sys._getframe(depth + 1)
+    if rank_kept.keep(f, rb):  # `name = rank == 0 and ...`: the name is set per rank after it
+        return first
     path = f.f_code.co_filename
     site = f"{rel(path)}:{f.f_lineno}"
     key = (f.f_code, f.f_lasti)
     if key not in _JUDGED:  # the source's verdict on this branch, the same every time it runs
         _JUDGED[key] = _judge(f, path)
-    node, why = _JUDGED[key]
+    node, why, tail = _JUDGED[key]
+    guard = _guard(_SCOPES.get(id(node)), node) if node is not None and not first else None
+    if guard is not None:  # `if rank != 0: return`: the rest of the function is rank 0's body
+        scope = _SCOPES[id(node)]
+        _Branch(f, node, rb.read, site, guard, last_line=scope.end_lineno or node.lineno).start()
+        return first
     if why is None and not first:
         why = f"rank 0 skips the body other ranks run ({rel(path)}:{node.body[0].lineno})"
     if why is not None:
         raise refusal(rb.read, f"branched on at {site}", why)
-    _Branch(f, node, rb.read, site).start()
+    _Branch(f, node, rb.read, site, tail).start()
     return first
 
 
 rank_values.HOOKS["decide"] = decide
 
 _JUDGED: dict = {}
-"""(code, instruction) -> (the `if`, None or why the source refuses it)."""
+"""(code, instruction) -> (the `if`, None or why the source refuses it, its function's tail
+return when the body returns: see `_tail`)."""
 
 
 def _judge(f, path: str) -> tuple:
+    node, why = _verdict(f, path)
+    scope = _SCOPES.get(id(node))
+    return node, why, (_tail(scope, node) if node is not None and scope is not None else None)
+
+
+_SCOPES: dict = {}
+
+
+def _verdict(f, path: str) -> tuple:
     tree = _tree(path)
     node, scope = _if_at(tree, f) if tree is not None else (None, None)
     if node is None or scope is None:
         return None, "only the test of an `if` that rank 0 alone enters may depend on the rank"
+    _SCOPES[id(node)] = scope
     if node.orelse:
         return node, "the ranks take different sides of an if/else"
     if _negates(node.test):
         return node, f"rank 0 skips the body other ranks run ({rel(path)}:{node.body[0].lineno})"
     leaves = _leaves(node)
-    if leaves is not None:
+    if leaves is not None and _tail(scope, node) is None:
         return node, f"rank 0 alone leaves with `{leaves[0]}` at {rel(path)}:{leaves[1]}"
     escape = _escapes(scope, node)
     if escape is not None:
@@ -86,10 +109,15 @@ def _judge(f, path: str) -> tuple:
 class _Branch:
     """A rank-0 branch being run: from its test until the frame leaves the `if`."""
 
-    def __init__(self, frame, node: ast.If, read: str, site: str):
+    def __init__(
+        self, frame, node: ast.If, read: str, site: str, tail: ast.Return | None = None, last_line: int | None = None
+    ):
         self.frame, self.node, self.read, self.site = frame, node, read, site
+        self.tail = tail
+        """The function's return the other ranks reach, where the body returns (see `_tail`), or
+        the guard's return they take (see `_guard`: then the branch runs to the function's end)."""
         self.first_line = node.lineno
-        self.last_line = node.end_lineno or node.lineno
+        self.last_line = last_line or node.end_lineno or node.lineno
         self.fresh: weakref.WeakSet = weakref.WeakSet()
         """Tensors made inside the branch (writing them changes nothing outside it)."""
         self.prev_global: Any = None
@@ -108,6 +136,11 @@ class _Branch:
     def _trace(self, frame, event, arg):
         if event == "line" and self.first_line <= frame.f_lineno <= self.last_line:
             return self._trace
+        if event == "return" and self.tail is not None:
+            self.finish()
+            self._check_return(frame, arg)
+            local = self.prev_local
+            return local(frame, event, arg) if local is not None else None
         if event in ("line", "return"):
             self.finish()
             local = self.prev_local
@@ -119,6 +152,27 @@ class _Branch:
             ACTIVE.remove(self)
         self.frame.f_trace = self.prev_local
         sys.settrace(self.prev_global)
+
+    def _check_return(self, frame, value) -> None:
+        """Rank 0 returned `value` from the body; the other ranks return the tail's value. The
+        same object, or a caller that drops it (`rank_zero_info(...)` as a statement): nothing
+        differs after the call. Else refused: rank 0's caller would go on with its own value."""
+        tail = self.tail
+        assert tail is not None
+        if isinstance(tail.value, ast.Name):
+            name = tail.value.id
+            scope = frame.f_locals if name in frame.f_locals else frame.f_globals
+            other = scope.get(name, frame.f_builtins.get(name))
+        else:
+            other = tail.value.value if isinstance(tail.value, ast.Constant) else None
+        if value is other or _dropped(frame.f_back):
+            return
+        where = f"{rel(frame.f_code.co_filename)}:{tail.lineno}"
+        raise refusal(
+            self.read,
+            f"branched on at {self.site}",
+            f"rank 0 alone returns {type(value).__name__} where the other ranks return {other!r} ({where})",
+        )
 
     def refuse(self, what: str, where: str):
         """The one-line refusal of something rank 0 alone did inside this branch."""
@@ -234,6 +288,51 @@ def _leaves(node: ast.If) -> tuple[str, int] | None:
         if isinstance(n, (ast.Break, ast.Continue)):
             return type(n).__name__.lower(), n.lineno
     return None
+
+
+def _tail(scope: ast.AST | None, node: ast.If) -> ast.Return | None:
+    """A rank-zero-only guard (Lightning's `rank_zero_only`, Accelerate's `on_main_process`):
+    `if rank == 0: ...; return fn(*args, **kwargs)` at the top of a function whose only statement
+    after it is `return` of a constant or a name (or none: None). The other ranks return that;
+    rank 0 returns the body's value, checked when it does (`_Branch._check_return`)."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or node not in scope.body:
+        return None
+    if not isinstance(node.body[-1], ast.Return):
+        return None
+    if any(isinstance(n, ast.Return) for s in node.body[:-1] for n in _own_nodes([s])):
+        return None
+    after = scope.body[scope.body.index(node) + 1 :]
+    if not after:
+        return ast.Return(value=ast.Constant(value=None), lineno=node.end_lineno or node.lineno)
+    if len(after) == 1 and isinstance(after[0], ast.Return):
+        value = after[0].value
+        if value is None:
+            return ast.Return(value=ast.Constant(value=None), lineno=after[0].lineno)
+        if isinstance(value, (ast.Constant, ast.Name)):
+            return after[0]
+    return None
+
+
+def _guard(scope: ast.AST | None, node: ast.If) -> ast.Return | None:
+    """A guard clause rank 0 passes: `if rank != 0: return` at the top of a function, no else,
+    its body one `return` of nothing, a constant or a name (torchtune's `deprecated` warning). The
+    other ranks return that; rank 0 runs the rest of the function alone, as a rank-0 body (its
+    ops checked, its result the others' or dropped by the caller: `_Branch._check_return`)."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or node not in scope.body or node.orelse:
+        return None
+    if len(node.body) != 1 or not isinstance(node.body[0], ast.Return):
+        return None
+    value = node.body[0].value
+    return node.body[0] if value is None or isinstance(value, (ast.Constant, ast.Name)) else None
+
+
+def _dropped(caller) -> bool:
+    """Does the caller's frame drop what the call it is in returns (a call as a statement)?"""
+    if caller is None:
+        return False
+    ins = rank_values._instructions(caller.f_code)
+    at = next((k for k, i in enumerate(ins) if i.offset > caller.f_lasti), None)
+    return at is not None and ins[at].opname == "POP_TOP"
 
 
 def _stored(n: ast.AST) -> tuple[str, int] | None:

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copyreg
 import functools
+import importlib._bootstrap_external
+import operator
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
+from typing import Any
 
 import torch.distributed as dist
 from torch.distributed._local_tensor import _c10d as local_c10d
@@ -46,6 +50,8 @@ def _site(depth: int) -> str:
 def plain_int_of_rank_text(text: RankText, f: FrameType) -> int:
     """`int($RANK)` with the builtin int: rank 0's number. Refused where the program's source
     compares or branches on what it is assigned to (the rank cannot be followed from here)."""
+    if _compared_alike(text, f):
+        return int(str.__str__(text))
     used = branch_on_read(f.f_code.co_filename, f.f_lineno)
     if used is not None:
         raise refusal(text.read, f"compared at {rank_values.rel(f.f_code.co_filename)}:{used}")
@@ -55,12 +61,60 @@ def plain_int_of_rank_text(text: RankText, f: FrameType) -> int:
 rank_values.HOOKS["plain_int"] = plain_int_of_rank_text
 
 
+def _compared_alike(text: RankText, f: FrameType) -> bool:
+    """Is this `int()` call the operand of a comparison with constants that every rank answers
+    alike (`int(os.environ.get("LOCAL_RANK", -1)) != -1`)? Then rank 0's number is what it
+    compares, and the comparison is all that sees it."""
+    try:
+        tree = _TREES.get(f.f_code.co_filename) or _TREES.setdefault(
+            f.f_code.co_filename, ast.parse(open(f.f_code.co_filename).read())
+        )
+        code: Any = f.f_code  # co_positions: Python 3.11
+        line, end_line, col, end_col = list(code.co_positions())[f.f_lasti // 2]
+    except (OSError, SyntaxError, ValueError, IndexError):
+        return False
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Compare) or len(n.ops) != 1:
+            continue
+        left = n.left
+        if (left.lineno, left.end_lineno, left.col_offset, left.end_col_offset) != (line, end_line, col, end_col):
+            continue
+        try:
+            other = ast.literal_eval(n.comparators[0])
+        except ValueError:
+            return False
+        op = _COMPARE.get(type(n.ops[0]))
+        if op is None or not isinstance(other, (int, float)):
+            return False
+        return len({op(int(v), other) for v in text.values.values()}) == 1
+    return False
+
+
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+
 class _IntMeta(type):
+    # where a module's `int` is ProgramInt, its annotations and type tests name it: it stands
+    # for the builtin there too (torch.library's schema inference looks annotations up in a dict
+    # keyed by `int`; `type(x) == int`)
     def __instancecheck__(cls, obj):
         return isinstance(obj, int)
 
     def __subclasscheck__(cls, sub):
         return issubclass(sub, int)
+
+    def __eq__(cls, other):
+        return other is int or other is cls
+
+    def __hash__(cls):
+        return hash(int)
 
 
 class ProgramInt(int, metaclass=_IntMeta):
@@ -75,13 +129,51 @@ class ProgramInt(int, metaclass=_IntMeta):
 ProgramInt.__name__ = ProgramInt.__qualname__ = "int"
 
 
+def _as_builtin(cls) -> Any:
+    return (type, (0,))  # pickled as the builtin: type(0) is int
+
+
+copyreg.pickle(_IntMeta, _as_builtin)
+
+
 def give_int(f: FrameType) -> None:
     """The module whose code read a rank's text gets commtrace's `int` for its later reads
-    (unless it defines its own), when it is the program's own source (not an installed package:
-    a framework's annotations that say `int` must stay the builtin, torch.library checks them)."""
-    g, path = f.f_globals, f.f_code.co_filename
-    if "int" not in g and "site-packages" not in path and "dist-packages" not in path:
+    (unless it defines its own)."""
+    g = f.f_globals
+    if "int" not in g:
         g["int"] = ProgramInt
+
+
+def names_rank_env(code: CodeType) -> bool:
+    """Does this code (or code nested in it) spell a rank variable's name (`os.environ["RANK"]`,
+    `os.environ.get("LOCAL_RANK", -1)`) or read the environment at all (a helper that is handed
+    its keys: accelerate's `get_int_from_env(["RANK", ...])`)?"""
+    if "environ" in code.co_names or "getenv" in code.co_names:
+        return True
+    for c in code.co_consts:
+        if isinstance(c, str) and c in RANK_ENV:
+            return True
+        if isinstance(c, CodeType) and names_rank_env(c):
+            return True
+    return False
+
+
+def _give_int_at_import(p: Patcher, is_user) -> None:
+    """A module of the program's code (its script's package or an installed framework) whose
+    source names a rank variable gets commtrace's `int` before its body runs: its first
+    `int(os.environ.get("LOCAL_RANK", -1))` (module level, as torchmetrics' `rank_zero_only.rank`)
+    already looks `int` up before the read, where `give_int` comes too late."""
+    loader = importlib._bootstrap_external._LoaderBasics  # type: ignore[attr-defined]
+
+    def exec_module(self, module):
+        code = self.get_code(module.__name__)
+        if code is None:
+            raise ImportError(f"cannot load module {module.__name__!r} when get_code() returns None")
+        if "int" not in module.__dict__ and is_user(code) and names_rank_env(code):
+            module.__dict__["int"] = ProgramInt
+        exec(code, module.__dict__)
+
+    p.set(loader, "exec_module", exec_module)
 
 
 _BRANCHES = (ast.Compare, ast.If, ast.IfExp, ast.While, ast.BoolOp, ast.Assert, ast.Match)
@@ -102,11 +194,19 @@ def branch_on_read(path: str, line: int) -> int | None:
             if scope is tree or node.lineno >= scope.lineno:
                 scope = node
     for node in ast.walk(scope):
-        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            if stmt is None or node.lineno >= stmt.lineno and not isinstance(node, _BLOCKS):
-                stmt = node
+        if node is scope or not isinstance(node, ast.stmt):
+            continue
+        if not node.lineno <= line <= (node.end_lineno or node.lineno):
+            continue
+        body = getattr(node, "body", None)
+        if isinstance(node, _BLOCKS) and body and line >= body[0].lineno:
+            continue  # the line is in its body: a statement there is the one
+        if stmt is None or node.lineno >= stmt.lineno:
+            stmt = node
     if stmt is None:
         return None
+    if isinstance(stmt, (ast.If, ast.While)):  # the read is in the header: its test branches on it
+        return stmt.lineno
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         own = [n for n in ast.walk(stmt) if isinstance(n, _BRANCHES)] or (
             [stmt] if isinstance(stmt, (ast.If, ast.While, ast.Assert)) else []
@@ -199,6 +299,7 @@ def install(p: Patcher, rec) -> None:
     world = rec.world_size
     assert rank_branch.decide is rank_values.HOOKS["decide"]  # rank-dependent bools are decided there
     rank_values._USER_CODE[0] = lambda code: rec.attribution._describe(code) is not None
+    _give_int_at_import(p, rank_values._USER_CODE[0])
 
     def read_of(label: str, up: int) -> str:
         return f"{label} at {_site(up + 1)}"

@@ -56,7 +56,8 @@ def rel(path: str) -> str:
 
 HOOKS: dict[str, Callable[..., Any]] = {}
 """Set by the modules that use this one (no import back): "decide" (rank_branch.decide: bool() of
-a RankBool) and "plain_int" (rank_reads: the builtin int() of a rank's text)."""
+a RankBool), "plain_int" (rank_reads: the builtin int() of a rank's text) and "same_item"
+(rank_uses.same_item: a sequence indexed by the rank)."""
 
 _USER_CODE: list = [None]
 """Callable(code) -> bool: is this the program's own code (set by rank_reads.install)."""
@@ -117,7 +118,19 @@ def make(values: dict[int, int], read: str):
     if len(set(values.values())) == 1:
         return next(iter(values.values()))
     LAST_READ[0] = read
+    f: FrameType | None = sys._getframe(1)
+    made: list[tuple] = []
+    while f is not None and len(made) < 12:
+        made.append((id(f), f.f_code, f.f_lineno))
+        f = f.f_back
+    LAST_MADE[:] = made
     return RankInt(RankNode(values, read), read)
+
+
+LAST_MADE: list[tuple] = []
+"""(id(frame), code, line) of each frame (innermost first) that was running when the last RankInt
+was made: a C++ binding that fails on the line that made it (`op.initialize(world, get_rank())`)
+was handed that RankInt (rank_uses.refusal_of_binding)."""
 
 
 def _arith(name: str):
@@ -202,15 +215,22 @@ class RankInt(torch.SymInt):
     del _n
 
     def __bool__(self):
+        if _or_same(sys._getframe(1), self.node._local_ints):
+            return True
         return HOOKS["decide"](RankBool({r: bool(v) for r, v in self.node._local_ints.items()}, self.read), 1)
 
     def _refuse(self, *args, **kwargs):
         raise refusal(self.read, f"used as one Python number at {user_site(1)}")
 
     def __index__(self):
-        if _formatting(sys._getframe(1)):  # "rank %d" % rank: a log line, rank 0's as it prints
+        f = sys._getframe(1)
+        if _formatting(f):  # "rank %d" % rank: a log line, rank 0's as it prints
             return self.first()
-        raise refusal(self.read, f"used as one Python number at {user_site(1)}")
+        same, index = HOOKS["same_item"](f, self.node._local_ints)  # seq[rank], one item for all
+        if same:
+            return index
+        detail = _SAMPLER if f.f_code.co_filename.endswith(_SAMPLER_FILE) else ""
+        raise refusal(self.read, f"used as one Python number at {user_site(1)}", detail)
 
     def __int__(self):
         if _formatting(sys._getframe(1)):
@@ -240,8 +260,46 @@ class RankInt(torch.SymInt):
         return format(self.first(), spec)
 
 
+_SAMPLER_FILE = os.path.join("torch", "utils", "data", "distributed.py")
+_SAMPLER = (
+    "a DistributedSampler picks each rank's samples in Python, one list per rank (as Lightning's and "
+    "Accelerate's data loaders shard the data)"
+)
+
 _BINARY_OP = dis.opmap.get("BINARY_OP", -1)
 _REMAINDER = (6, 19)  # NB_REMAINDER, NB_INPLACE_REMAINDER
+
+
+def _or_same(f, ints: dict[int, int]) -> bool:
+    """Is frame f running `rank or C` whose value is the rank on every rank (a rank whose value is
+    falsy, 0, gets C == 0: Lightning's `_get_rank() or 0`)? Then the `or` keeps the RankInt."""
+    if any(ints.values()) and all(v for v in ints.values()):
+        return False  # never asked: every rank truthy is a plain True already
+    ins = _instructions(f.f_code)
+    at = next((k for k, i in enumerate(ins) if i.offset >= f.f_lasti), None)
+    if at is None:
+        return False
+    # 3.11: JUMP_IF_TRUE_OR_POP end; LOAD_CONST C. 3.12+: COPY 1; [TO_BOOL]; POP_JUMP_IF_TRUE end; POP_TOP; LOAD_CONST C
+    rest = [i for i in ins[at:] if i.opname not in ("TO_BOOL", "CACHE", "NOT_TAKEN")][:3]
+    if rest and rest[0].opname == "JUMP_IF_TRUE_OR_POP":
+        const, end = rest[1:2], rest[0].argval
+    elif len(rest) == 3 and rest[0].opname == "POP_JUMP_IF_TRUE" and rest[1].opname == "POP_TOP":
+        const, end = rest[2:3], rest[0].argval
+    else:
+        return False
+    if not const or const[0].opname != "LOAD_CONST" or type(const[0].argval) is not int:
+        return False
+    after = ins.index(const[0]) + 1
+    return after < len(ins) and ins[after].offset == end and all(v == const[0].argval for v in ints.values() if not v)
+
+
+_INSTRUCTIONS: dict = {}
+
+
+def _instructions(code) -> list:
+    if code not in _INSTRUCTIONS:
+        _INSTRUCTIONS[code] = list(dis.get_instructions(code))
+    return _INSTRUCTIONS[code]
 
 
 def _formatting(f) -> bool:

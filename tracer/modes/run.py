@@ -87,6 +87,9 @@ def run_job(job: Job) -> int:
     torch.set_flush_denormal(True)
     pg_rank = 0 if job.mode == "local" else job.ranks[0]
     os.environ.update(torchrun_env(pg_rank, job.world_size))
+    from tracer.capture import watchdog
+
+    watchdog.start(pg_rank)
     rec = Recorder(
         mode=job.mode,
         world_size=job.world_size,
@@ -107,13 +110,14 @@ def run_job(job: Job) -> int:
         if job.mode == "local":
             from torch.distributed._local_tensor import LocalTensorMode
 
-            from tracer.local import fsdp, ops, plain, rank_reads, rng
+            from tracer.local import fsdp, ops, plain, rank_reads, rank_uses, rng
 
             ops.install(p, rec)
             rng.install(p)
             plain.install(p)
             fsdp.install(p)
             rank_reads.install(p, rec)
+            rank_uses.install(p)
             rec.attribution.install()
             if job.numerics:
                 from tracer.numerics.hooks import Numerics
@@ -282,6 +286,10 @@ def one_line_error(e: BaseException, rec) -> str:
         from tracer.local.rank_values import LAST_READ, refusal
 
         text = str(refusal(LAST_READ[0] or "a rank read", f"passed where torch takes one Python int ({msg})"))
+    if isinstance(e, TypeError) and "tracer.local.rank_uses" in sys.modules:  # a rank value met a binding
+        binding = sys.modules["tracer.local.rank_uses"].refusal_of_binding(e)
+        if binding is not None:
+            return binding
     if isinstance(e, AssertionError) and PER_RANK_PYTHON_VALUE in msg:  # LocalTensor's own words
         text = (
             "a Python number read from a tensor whose value differs across ranks (float(loss), .item(), "

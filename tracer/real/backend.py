@@ -21,6 +21,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from tracer.capture import watchdog
 from tracer.capture.process_group import RecordingProcessGroup
 from tracer.capture.recorder import Call, Recorder
 from tracer.capture.work import wait_when_backward_ends
@@ -93,7 +94,9 @@ class RealProcessGroup(RecordingProcessGroup):
         rec = RecordingProcessGroup.recorder
         indices = rec.record(call) if rec is not None else {}
         work = self._issue(call)
-        return RealWork(work, rec, indices if call.async_op else {}) if rec is not None else work
+        if rec is None:
+            return work
+        return RealWork(work, rec, indices if call.async_op else {}, _waiting(rec, call))
 
     def _issue(self, call: Call) -> dist.Work:
         assert self._serving is not None  # set by the method that called _go
@@ -133,17 +136,36 @@ for _name in GLOO_CALL:
     setattr(RealProcessGroup, _name, _serving(_name))
 
 
-class RealWork(dist.Work):
-    """gloo's Work, its wait recorded (once) for an async op, as RecordingWork records it."""
+def _waiting(rec: Recorder, call: Call) -> tuple[str, str, tuple[int, ...]]:
+    """(op, group, the ranks it waits for) as the watchdog names a wait on this call."""
+    try:
+        g = rec.group_ref(call.pg)
+    except (RuntimeError, ValueError, AttributeError):
+        return call.op, "its group", ()
+    me = dist.get_rank()
+    if call.peer is not None and call.op in ("send", "recv"):
+        peers: tuple[int, ...] = (g.ranks[call.peer],)
+    else:
+        peers = tuple(r for r in g.ranks if r != me)
+    return call.op, watchdog.describe_group(g.name, g.ranks), peers
 
-    def __init__(self, work: dist.Work, recorder: Recorder, indices: dict[int, int]):
+
+class RealWork(dist.Work):
+    """gloo's Work, its wait recorded (once) for an async op, as RecordingWork records it; a
+    wait that blocks says so (capture/watchdog.py)."""
+
+    def __init__(
+        self, work: dist.Work, recorder: Recorder, indices: dict[int, int], waiting: tuple = ("a collective", "", ())
+    ):
         super().__init__()
         self._work = work
         self._recorder = recorder
         self._indices = indices
+        self._waiting = waiting
 
     def wait(self, timeout=None) -> bool:
-        done = self._work.wait() if timeout is None else self._work.wait(timeout)
+        with watchdog.blocking(*self._waiting):
+            done = self._work.wait() if timeout is None else self._work.wait(timeout)
         if self._indices:
             self._recorder.waited(self._indices)
             self._indices = {}
@@ -204,5 +226,10 @@ class _All(dist.Work):
 
 def create(opts, backend_options=None) -> RealProcessGroup:
     """The c10d backend creator (extended API): gloo on this group's own prefix store."""
-    gloo = dist.ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, gloo_options(opts.timeout))
+    members = tuple(getattr(opts, "global_ranks_in_group", None) or range(opts.group_size))
+    me = members[opts.group_rank] if opts.group_rank < len(members) else -1
+    with watchdog.blocking(  # gloo connects to every peer of the group before it returns
+        "connecting gloo", watchdog.describe_group(str(opts.group_id), members), [r for r in members if r != me]
+    ):
+        gloo = dist.ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, gloo_options(opts.timeout))
     return RealProcessGroup(opts.group_rank, opts.group_size, str(opts.group_id), gloo)

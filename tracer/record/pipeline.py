@@ -267,12 +267,14 @@ def _rank_status(todo: list[Job], outcomes: list[Outcome], timeout: float | None
     """What the trace header says of ranks whose process did not finish by itself (killed,
     timed out, never started): their parts cannot say it (a program's own exception is in its
     part's end record). Ranks that finished are left out: a header stays small at 100k ranks."""
-    out = {}
+    out: dict[int, dict] = {}
     for job, outcome in zip(todo, outcomes):
         if outcome.ran_to_end:
             continue
         for r in job.ranks:
             out[r] = {"status": outcome.header_status(), "why": outcome.why(timeout)}
+            if outcome.stack:  # where its Python was when it was stopped (analyzer hang shows it)
+                out[r].update(stack=list(outcome.stack), at=outcome.at)
     return out
 
 
