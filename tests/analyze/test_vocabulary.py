@@ -96,9 +96,11 @@ def test_finding_kinds_are_declared_by_their_emitters():
         "group_mismatch",
         "replica_divergence",
         "numerics_divergence",
+        "parameter_mismatch",
     }
     assert {k for k, v in KINDS.items() if not v.majority} == {
         "numerics_divergence",
+        "parameter_mismatch",
         "missing_collective",
         "group_mismatch",
         "failed_rank",
