@@ -65,11 +65,12 @@ def test_real_and_fake_record_the_same_comm(recorded, name):
 
 def test_real_values_reach_the_program(recorded):
     """The program's own asserts on reduced, broadcast, gathered, sent and object values hold in
-    real mode; the same program fails its first assert in fake mode (the test can fail)."""
+    real mode, and in fake mode too: its tensors are small, so their values travel between the
+    rank processes (tracer/fake/values.py) where a fake backend echoes each rank's own data."""
     _, real = recorded("real_values", 4, "real")
     assert real.errors == {}
     _, fake = recorded("real_values", 4, "fake")
-    assert "AssertionError" in fake.errors[0] and "real_values.py:11" in fake.errors[0]
+    assert fake.errors == {}
 
 
 def test_async_waits_are_recorded_where_the_program_waits(recorded):

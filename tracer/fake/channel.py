@@ -99,14 +99,26 @@ class Channel:
 
     def take(self, name: str, sender: int, what: str) -> bytes:
         """The message `name` from global rank `sender`, waiting for it (see module docstring)."""
+        data = self._take(name, sender, what, or_none=False)
+        assert data is not None  # (raises instead)
+        return data
+
+    def take_or_none(self, name: str, sender: int, what: str) -> bytes | None:
+        """As take, but None where the message will never come (the sender finished without
+        sending it) or where waiting for it would deadlock (a cycle of waiting ranks, see
+        `_in_cycle`): a value read back (values.py) falls back to the mirrored one there."""
+        return self._take(name, sender, what, or_none=True)
+
+    def _take(self, name: str, sender: int, what: str, *, or_none: bool) -> bytes | None:
         path = self._path(name)
         if os.path.exists(path):
             return _read(path)
         marker = os.path.join(self.folder, "blocked", str(self.rank))
         with open(marker, "w") as f:
-            f.write(str(sender))
+            f.write(f"{sender}\n{name}")
         start = time.monotonic()
         delay = 0.0005
+        cycles = 0
         try:
             with watchdog.blocking(what, "", (sender,)):  # `what` names its group
                 while not os.path.exists(path):
@@ -115,6 +127,8 @@ class Channel:
                     if os.path.exists(done) and not os.path.exists(path):
                         if _read(done).decode() == NEEDS_REAL:
                             raise PeerRecordedAgain(f"rank {sender} is recorded again with real compute")
+                        if or_none:
+                            return None
                         raise ChannelError(
                             f"rank {self.rank} waits for {what} from rank {sender}, which finished without sending it"
                         )
@@ -123,12 +137,34 @@ class Channel:
                             f"rank {self.rank} waited {self.timeout:g} s for {what} from rank {sender}, "
                             f"which never sent it (--timeout)"
                         )
+                    if or_none and delay >= 0.05:
+                        cycles = cycles + 1 if self._in_cycle(sender) else 0
+                        if cycles >= 3:  # seen on three polls: not a marker caught mid-update
+                            return None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)
         finally:
             with contextlib.suppress(OSError):
                 os.remove(marker)
         return _read(path)
+
+    def _in_cycle(self, sender: int) -> bool:
+        """Whether `sender` waits, through a chain of waiting ranks, for this one. Each rank
+        posts its own contributions before it waits, so a rank in the chain whose awaited
+        message is not there yet can only go on once this rank does: waiting would deadlock
+        (a program that enters two groups in opposite orders; the trace shows it)."""
+        waits = _waits(self.folder)
+        seen: set[int] = set()
+        r = sender
+        while r in waits and r not in seen:
+            seen.add(r)
+            nxt, name = waits[r]
+            if os.path.exists(self._path(name)):
+                return False  # r is about to go on
+            if nxt == self.rank:
+                return True
+            r = nxt
+        return False
 
     def finished(self, status: str = "") -> None:
         """This rank will send nothing more: peers waiting on it fail at once."""
@@ -157,7 +193,23 @@ def blocked_ranks(folder: str) -> dict[int, int]:
         return out
     for n in names:
         try:
-            out[int(n)] = int(_read(os.path.join(folder, "blocked", n)) or -1)
+            out[int(n)] = int(_read(os.path.join(folder, "blocked", n)).split(b"\n", 1)[0] or -1)
         except (OSError, ValueError):
             out[int(n)] = -1  # (just removed, or not yet written)
+    return out
+
+
+def _waits(folder: str) -> dict[int, tuple[int, str]]:
+    """{rank: (the rank it waits for, the message it waits for)} of the ranks waiting now."""
+    out: dict[int, tuple[int, str]] = {}
+    try:
+        names = [n for n in os.listdir(os.path.join(folder, "blocked")) if n.isdigit()]
+    except OSError:
+        return out
+    for n in names:
+        try:
+            sender, name = _read(os.path.join(folder, "blocked", n)).decode().split("\n", 1)
+            out[int(n)] = (int(sender), name)
+        except (OSError, ValueError):
+            continue  # just removed, or not yet written
     return out

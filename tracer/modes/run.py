@@ -141,11 +141,11 @@ def run_job(job: Job) -> int:
             job.program.run()
         else:
             from tracer.capture.process_group import RecordingProcessGroup
-            from tracer.fake import exchange, object_collectives
+            from tracer.fake import object_collectives, values
             from tracer.fake.channel import Channel, channel_dir
 
             ch = Channel.current = Channel(channel_dir(job.parts_dir), pg_rank, job.timeout)
-            RecordingProcessGroup.carry = exchange.carry
+            RecordingProcessGroup.carry = values.carry
             object_collectives.install(p)
             fake = contextlib.nullcontext()
             if job.compute == "fake":
