@@ -6,8 +6,9 @@
 #   make golden          re-record the examples and diff them against traces/ (tracer golden check)
 #   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
 #   make titan-matrix    record TorchTitan 0.3's own integration tests (docs/torchtitan.md's matrix)
+#   make frameworks      (re)install the frameworks tests/frameworks records (docs/frameworks.md)
 # Each creates .venv first when needed: torch==2.13.0, then the project with its test,
-# torchtitan and float8 extras (README, "Two commands": what that is and how big).
+# torchtitan, float8 and frameworks extras and the frameworks' own steps (README, "Two commands": what that is and how big).
 #
 # TORCH_INDEX: the package index the torch line (only that line) installs from. Empty (the
 # default): whatever pip is configured with; PyPI's torch 2.13.0 for Linux x86_64 is the CUDA
@@ -21,14 +22,31 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commtrace-installed
 TORCH_INDEX ?=
 
-.PHONY: demo test test-fast lint bench golden golden-update titan-matrix clean
+.PHONY: demo test test-fast lint bench golden golden-update titan-matrix clean frameworks
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0$(if $(TORCH_INDEX), --index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -c constraints-cpu.txt -e '.[test,torchtitan,float8]'
+	$(BIN)/python -m pip install -q -c constraints-cpu.txt -e '.[test,torchtitan,float8,frameworks]'
+	$(MAKE) frameworks
 	touch $(STAMP)
+
+# The frameworks tests/frameworks records (docs/frameworks.md), beyond the `frameworks` extra:
+# - DeepSpeed: no ops built at install (DS_BUILD_OPS=0); its setup.py imports torch, so without
+#   build isolation. Run it with DS_ACCELERATOR=cpu: its shm op builds with ninja on first use.
+# - megatron-core: its cp311 wheel declares Python >= 3.12 (it runs on 3.11): no deps (numpy,
+#   packaging, torch are here), Python requirement ignored; it imports triton (the extra).
+# - torchao 0.11 for torchtune 0.6.1 (which imports APIs torchao 0.16 removed), in a folder of its
+#   own: .venv keeps the float8 extra's torchao 0.18; tests/frameworks puts this folder first
+#   on PYTHONPATH for the torchtune programs (by hand: PYTHONPATH=.venv/torchtune-torchao).
+DEEPSPEED     := deepspeed==0.19.8
+MEGATRON_CORE := megatron-core==0.19.2
+TORCHTUNE_TORCHAO := torchao==0.11.0
+frameworks:
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -c constraints-cpu.txt --no-build-isolation $(DEEPSPEED)
+	$(BIN)/python -m pip install -q -c constraints-cpu.txt --no-deps --ignore-requires-python $(MEGATRON_CORE)
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/torchtune-torchao $(TORCHTUNE_TORCHAO)
 
 demo: $(STAMP)
 	mkdir -p out

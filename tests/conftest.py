@@ -42,7 +42,7 @@ def program(name: str) -> str:
 # The fast tier (`make test-fast`, `pytest -m "not records"`): tests that neither record a program
 # nor run one on gloo. These folders record by nature; elsewhere a test that asks for a recording
 # fixture is marked here, and one that records by itself carries @pytest.mark.records.
-RECORDING_FOLDERS = {"record", "torchtitan", "end_to_end"}
+RECORDING_FOLDERS = {"record", "torchtitan", "end_to_end", "frameworks"}
 RECORDING_FIXTURES = {"recorded", "workload"}
 
 

@@ -23,10 +23,8 @@ for step in range(2):
     accelerator.backward(loss)
     opt.step()
     opt.zero_grad()
-    if args.bug == "rank0-gather":
-        if accelerator.is_main_process:
-            losses = accelerator.gather(loss.detach())
-    else:
+    main_only = args.bug == "rank0-gather"
+    if not main_only or accelerator.is_main_process:
         losses = accelerator.gather(loss.detach())
-    accelerator.print(f"step {step} loss {losses.mean().item():.4f}")
+        accelerator.print(f"step {step} loss {losses.mean().item():.4f}")
 accelerator.wait_for_everyone()

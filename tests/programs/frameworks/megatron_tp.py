@@ -1,8 +1,8 @@
 """Megatron-core tensor parallel as its examples write it: initialize_model_parallel (tp 2, dp 2,
 gloo side groups by default), a ColumnParallelLinear -> RowParallelLinear MLP, 2 steps of SGD
 with the gradients all-reduced over the data-parallel group. `--no-gloo-groups`:
-create_gloo_process_groups=False. `--bug rank0-barrier`: rank 0 alone enters a barrier on the
-data-parallel group before logging."""
+create_gloo_process_groups=False. `--bug rank0-barrier`: rank 0 alone enters a barrier before
+logging."""
 import argparse
 import os
 
@@ -53,6 +53,6 @@ for step in range(2):
     opt.step()
     opt.zero_grad()
     if args.bug == "rank0-barrier" and dist.get_rank() == 0:
-        dist.barrier(group=dp)
+        dist.barrier()
     dist.all_reduce(loss.detach(), group=dp)
 dist.destroy_process_group()
