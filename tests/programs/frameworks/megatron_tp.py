@@ -4,7 +4,6 @@ with the gradients all-reduced over the data-parallel group. `--no-gloo-groups`:
 create_gloo_process_groups=False. `--bug rank0-barrier`: rank 0 alone enters a barrier before
 logging."""
 import argparse
-import os
 
 import torch
 import torch.distributed as dist
@@ -21,7 +20,6 @@ dist.init_process_group("gloo")
 kw = {"create_gloo_process_groups": False} if args.no_gloo_groups else {}
 ps.initialize_model_parallel(tensor_model_parallel_size=2, **kw)
 torch.manual_seed(0)
-tensor_parallel.model_parallel_cuda_manual_seed(0) if torch.cuda.is_available() else None
 
 cfg = ModelParallelConfig(tensor_model_parallel_size=2, use_cpu_initialization=True, params_dtype=torch.float32)
 init = torch.nn.init.normal_
@@ -30,8 +28,12 @@ init = torch.nn.init.normal_
 class MLP(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1 = tensor_parallel.ColumnParallelLinear(16, 32, config=cfg, init_method=init, bias=True, gather_output=False)
-        self.fc2 = tensor_parallel.RowParallelLinear(32, 16, config=cfg, init_method=init, bias=True, input_is_parallel=True, skip_bias_add=False)
+        self.fc1 = tensor_parallel.ColumnParallelLinear(
+            16, 32, config=cfg, init_method=init, bias=True, gather_output=False
+        )
+        self.fc2 = tensor_parallel.RowParallelLinear(
+            32, 16, config=cfg, init_method=init, bias=True, input_is_parallel=True, skip_bias_add=False
+        )
 
     def forward(self, x):
         h, _ = self.fc1(x)
