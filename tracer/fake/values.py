@@ -69,13 +69,14 @@ def _fold(s: torch.Tensor, fn) -> torch.Tensor:
 
 def travels(call: Call, members: int) -> bool:
     """Whether `call`'s result is computed from the members' inputs (module docstring)."""
-    if call.op not in TRAVELS or members > MAX_MEMBERS or not call.inputs:
+    sized = call.outputs if call.op == "scatter" else call.inputs  # (a scatter's inputs are the root's alone)
+    if call.op not in TRAVELS or members > MAX_MEMBERS or not sized:
         return False
     if call.op in ("all_reduce", "reduce") and call.reduce_op not in _REDUCE:
         return False
     if not all(_plain(t) for t in (*call.inputs, *call.outputs)):
         return False
-    return all(t.numel() * t.element_size() <= SMALL_BYTES for t in call.inputs)
+    return all(t.numel() * t.element_size() <= SMALL_BYTES for t in sized)
 
 
 def _signature(call: Call, t: torch.Tensor, op: str = "") -> bytes:
