@@ -1,23 +1,23 @@
 """The frameworks people train with, recorded as their users run them (tests/programs/frameworks:
-4 ranks, 2 steps, CPU, seeded). The truth is a real gloo run of the same program: `tracer record
---mode real` (one real gloo process per rank; checked once against Flight Recorder, see
-docs/frameworks.md). For each healthy program the fake-mode trace holds, rank by rank, the
-same (op, dtype, numel) sequence as the real one, `analyzer diff real fake` is clean, neither
-has findings, and the per-rank op counts are the ones the real runs gave (pinned below, so a
-framework upgrade that changes them is seen). Each seeded bug is found with its kind and
-culprit, at the user's own line."""
+4 ranks, 2 steps, CPU, seeded). The truth is a real gloo run of the same program (`tracer record
+--mode real`, one real gloo process per rank; itself checked against a torchrun run's Flight
+Recorder dump, docs/frameworks.md): each rank's (op, dtype, numel) sequence, kept in
+truth/CASE.json (make_truth.py records it), and its per-rank op counts, pinned below. Every
+healthy program's fake-mode trace holds that sequence on every rank and has no findings; two
+cases are also recorded in real mode on every run (the same sequence, no findings, `analyzer
+diff real fake` clean). Each seeded bug is found with its kind and culprit, at the user's own
+line."""
 
 from __future__ import annotations
 
-import math
+import json
 import os
 import subprocess
 import sys
 from collections import Counter
 
-import polars as pl
 import pytest
-from conftest import BIN, PROGRAMS
+from fw_cases import HEALTHY, HERE, TORCHTUNE_TORCHAO, env, pattern, tracer_command
 
 from analyzer.checks import run_checks
 from analyzer.compare.diff import diff_traces
@@ -25,25 +25,10 @@ from analyzer.loader import load
 
 pytestmark = pytest.mark.frameworks
 
-FRAMEWORKS = os.path.join(PROGRAMS, "frameworks")
-TORCHTUNE_TORCHAO = os.path.join(os.path.dirname(BIN), "torchtune-torchao")
-"""torchtune 0.6.1 imports torchao APIs that torchao 0.16 removed; the project's float8 extra
-pins torchao 0.18. The Makefile installs torchao 0.11 here (--target), first on PYTHONPATH for
-the torchtune programs only."""
-
-# module each program needs, program, its arguments
-HEALTHY = {
-    "megatron_tp": ("megatron.core", "megatron_tp", ()),
-    "megatron_tp_no_gloo": ("megatron.core", "megatron_tp", ("--no-gloo-groups",)),
-    "deepspeed_zero1": ("deepspeed", "deepspeed_zero", ("--stage", "1")),
-    "deepspeed_zero2": ("deepspeed", "deepspeed_zero", ("--stage", "2")),
-    "deepspeed_zero3": ("deepspeed", "deepspeed_zero", ("--stage", "3")),
-    "accelerate": ("accelerate", "accelerate_ddp", ()),
-    "hf_trainer": ("transformers", "hf_trainer", ()),
-    "fabric_ddp": ("lightning", "fabric_ddp", ()),
-    "fabric_model_parallel": ("lightning", "fabric_model_parallel", ()),
-    "torchtune": ("torchtune", "torchtune_full_finetune", ()),
-}
+TRUTH = os.path.join(HERE, "truth")
+LIVE = ["megatron_tp", "deepspeed_zero3"]
+"""Recorded in real mode on every test run too (the others' truth is kept: a real run is as long
+as a fake one, and the whole group must stay within minutes)."""
 
 _DEEPSPEED_Z12 = {
     "init_process_group": 1,
@@ -115,13 +100,6 @@ the finding names that line yet: a call inside the framework is shown at the fra
 until "the user's line first" (#38 item 3) lands)."""
 
 
-def _env(program: str) -> dict:
-    env = dict(os.environ, DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
-    if program.startswith("torchtune"):
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (TORCHTUNE_TORCHAO, env.get("PYTHONPATH")) if p)
-    return env
-
-
 @pytest.fixture(scope="session")
 def fw_recorded(tmp_path_factory):
     """fw_recorded(program, args, mode) -> (path, completed process) of `tracer record` (cached)."""
@@ -132,9 +110,8 @@ def fw_recorded(tmp_path_factory):
         key = (program, args, mode)
         if key not in cache:
             out = str(root / f"{program}-{'-'.join(a.strip('-') for a in args)}-{mode}.trace")
-            cmd = [os.path.join(BIN, "tracer"), "record", "--script", os.path.join(FRAMEWORKS, program + ".py")]
-            cmd += ["-n", "4", "--mode", mode, "--timeout", "300", "-o", out, "--", *args]
-            p = subprocess.run(cmd, capture_output=True, text=True, env=_env(program), timeout=900)
+            cmd = tracer_command(program, args, mode, out)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env(program), timeout=900)
             cache[key] = (out, p)
         return cache[key]
 
@@ -152,28 +129,35 @@ def _needs(module: str) -> None:
         pytest.importorskip(module)
 
 
-def _pattern(trace, rank: int) -> list[tuple]:
-    ev = trace.events.filter((pl.col("rank") == rank) & (pl.col("op") != "wait")).sort("idx")
-    out = []
-    for row in ev.iter_rows(named=True):
-        shapes = trace.atom(row["in_shapes"]) or []
-        out.append((row["op"], row["dtype"], sum(math.prod(s) for s in shapes)))
-    return out
-
-
 @pytest.mark.parametrize("case", list(HEALTHY))
 def test_fake_records_what_the_real_run_does(fw_recorded, case):
+    """Against the real run's sequence, kept in truth/CASE.json (make_truth.py recorded it)."""
+    module, program, args = HEALTHY[case]
+    _needs(module)
+    path, p = fw_recorded(program, args, "fake")
+    assert p.returncode == 0, p.stderr[-2000:]
+    fake = load(path)
+    assert run_checks(fake).findings == []
+    with open(os.path.join(TRUTH, case + ".json")) as f:
+        truth = json.load(f)
+    for r in range(4):
+        assert pattern(fake, r) == truth[str(r)], r
+        assert dict(Counter(op for op, _, _ in truth[str(r)])) == COUNTS[case], r
+
+
+@pytest.mark.parametrize("case", LIVE)
+def test_real_run_now_is_the_truth_and_diffs_clean(fw_recorded, case):
+    """A real gloo run made now, for the cases whose values matter most: it gives the kept truth,
+    has no findings, and `analyzer diff real fake` is clean."""
     module, program, args = HEALTHY[case]
     _needs(module)
     real_path, real_p = fw_recorded(program, args, "real")
-    fake_path, fake_p = fw_recorded(program, args, "fake")
     assert real_p.returncode == 0, real_p.stderr[-2000:]
-    assert fake_p.returncode == 0, fake_p.stderr[-2000:]
-    real, fake = load(real_path), load(fake_path)
-    assert run_checks(real).findings == [] and run_checks(fake).findings == []
-    for r in range(4):
-        assert _pattern(fake, r) == _pattern(real, r), r
-        assert dict(Counter(op for op, _, _ in _pattern(real, r))) == COUNTS[case], r
+    real, fake = load(real_path), load(fw_recorded(program, args, "fake")[0])
+    assert real.header["mode"] == "real" and run_checks(real).findings == []
+    with open(os.path.join(TRUTH, case + ".json")) as f:
+        truth = json.load(f)
+    assert all(pattern(real, r) == truth[str(r)] for r in range(4))
     assert diff_traces(real, fake).equal
 
 
