@@ -12,7 +12,7 @@ Which values travel is decided per call, alike on every rank, from what the call
 result is not read yet when it is issued, and a value read later may be derived first:
 `flag == world_size`, `sizes.max()`): each op of `TRAVELS` whose input tensors each hold at
 most `SMALL_BYTES` (flags, counts, lengths, a loss, a few scalars; not a gradient bucket or a
-weight shard of a real model), in a group of at most `MAX_MEMBERS` ranks, on real data (under
+weight shard of a real model), in a world of at most `MAX_WORLD` ranks, on real data (under
 `--compute fake` nothing can be read, so nothing travels). Each member posts its input on the
 channel (channel.py) before it waits, then computes the result from the members' inputs with
 torch's semantics. Larger tensors stay mirrored: nothing is copied between ranks for them.
@@ -38,10 +38,11 @@ from tracer.fake.exchange import fill, tensor_bytes
 SMALL_BYTES = 64
 """The most bytes an input tensor of a travelling call holds (8 int64 or 16 float32 values)."""
 
-MAX_MEMBERS = 32
-"""The largest group whose values travel: every member runs up to the call before any goes on,
-so all are alive at once (the executor starts the ranks waited for); beyond this a rank's
-memory times the group would not fit one machine, and values stay mirrored."""
+MAX_WORLD = 32
+"""The largest world whose values travel. Every member of a group runs up to a travelling call
+before any goes on, and groups chain (tp, dp, the world), so every rank of the world is alive
+at once (the executor starts the ranks waited for, beyond -j): beyond this a rank's memory
+times the world would not fit one machine, so values stay mirrored, as before."""
 
 TRAVELS = frozenset({"all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "gather", "scatter"})
 """The collectives whose results are computed from the members' inputs; a small send's data
@@ -67,10 +68,10 @@ def _fold(s: torch.Tensor, fn) -> torch.Tensor:
     return out
 
 
-def travels(call: Call, members: int) -> bool:
+def travels(call: Call, world: int) -> bool:
     """Whether `call`'s result is computed from the members' inputs (module docstring)."""
     sized = call.outputs if call.op == "scatter" else call.inputs  # (a scatter's inputs are the root's alone)
-    if call.op not in TRAVELS or members > MAX_MEMBERS or not sized:
+    if call.op not in TRAVELS or world > MAX_WORLD or not sized:
         return False
     if call.op in ("all_reduce", "reduce") and call.reduce_op not in _REDUCE:
         return False
@@ -147,6 +148,8 @@ def _p2p(ch: Channel, rec: Recorder, call: Call, indices: dict, group: str, memb
     tensors = call.inputs if call.op == "send" else call.outputs
     if len(tensors) != 1 or not _plain(tensors[0]) or tensors[0].numel() * tensors[0].element_size() > SMALL_BYTES:
         return None
+    if rec.world_size > MAX_WORLD:
+        return None
     t = tensors[0]
     slot = f"vp.{group}.{src}.{dst}.{call.tag}.{n}"
     if call.op == "send":
@@ -196,6 +199,6 @@ def carry(pg, rec: Recorder, call: Call, indices: dict) -> RecordingWork | None:
     if call.op in ("send", "recv"):
         return _p2p(ch, rec, call, indices, g.name, g.ranks)
     k = ch.next_id(("v", g.name))  # every collective of the group counts: ranks stay aligned
-    if not travels(call, len(g.ranks)) or not deliver(ch, call, g.name, g.ranks, k):
+    if not travels(call, rec.world_size) or not deliver(ch, call, g.name, g.ranks, k):
         return None
     return RecordingWork(rec, indices, call.async_op, outputs=call.outputs or call.inputs)
