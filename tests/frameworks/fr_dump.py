@@ -4,6 +4,7 @@ ends (gloo has no dump of its own), for `analyzer` to compare with a recording:
     FR_OUT=dumps DS_ACCELERATOR=cpu torchrun --nproc-per-node 4 tests/frameworks/fr_dump.py \
         tests/programs/frameworks/deepspeed_zero.py --stage 3
 """
+
 import os
 import runpy
 import sys
