@@ -59,7 +59,7 @@ def tie_culprits(ties: Mapping[int, tuple[list[int], Set[str]]]) -> dict[int, tu
         per_kind.group_by("gid")
         .agg(
             culprits=pl.col("culprits").first(),
-            by=pl.col("by").first(),
+            by=pl.col("by").explode().unique().sort(),
             agree=pl.col("culprits").n_unique() == 1,
         )
         .filter(pl.col("agree") & (pl.col("culprits").list.len() > 0))

@@ -31,7 +31,7 @@ def test_kinds_are_not_evidence_about_each_other():
     both = {"dtype_mismatch", "reduce_op_mismatch"}
     assert tie_culprits({1: ([2, 3], both), 2: ([1, 3], DT)}) == {2: ([3], [1, 2])}
     assert tie_culprits({1: ([2, 3], both), 2: ([1, 3], DT), 3: ([3, 5], {"reduce_op_mismatch"})}) == {
-        1: ([3], [1, 2]),
+        1: ([3], [1, 2, 3]),  # both of its kinds decided it
         2: ([3], [1, 2]),
         3: ([3], [1, 3]),
     }
