@@ -78,6 +78,7 @@ def run_job(job: Job) -> int:
     import torch.distributed as dist
 
     from tracer.capture import compiled, ddp, patches
+    from tracer.capture.code_paths import ProgramCode, program_home
     from tracer.capture.recorder import Recorder
 
     if job.threads > 0:
@@ -97,6 +98,7 @@ def run_job(job: Job) -> int:
         parts_dir=job.parts_dir,
         config=job.config,
         root=job.root or os.getcwd(),
+        program=ProgramCode(program_home(job.program.script, job.program.entrypoint)),
     )
     p = patches.Patcher()
     status, error, code = "ok", None, 3
