@@ -330,9 +330,16 @@ class TraceWriter:
         for rec in records:
             self._write(rec)
 
-    def end(self, rank: int, n_events: int, status: str = "ok", error: str | None = None) -> None:
+    def end(
+        self, rank: int, n_events: int, status: str = "ok", error: str | None = None, error_text: str | None = None
+    ) -> None:
+        """A rank finished. `error`: one line; `error_text` (v2.2, only where the error's message
+        has more lines): the whole error, its first line `error`'s."""
         self._flush_atoms()
-        self._write({"t": "end", "r": rank, "n": n_events, "status": status, "error": error})
+        record = {"t": "end", "r": rank, "n": n_events, "status": status, "error": error}
+        if error_text is not None:
+            record["error_text"] = error_text
+        self._write(record)
 
     def footer(self) -> None:
         self._flush_atoms()

@@ -190,10 +190,13 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout
             raise TraceFormatError("group id or rank out of range")
         trace.groups[gid] = {"gid": gid, "name": str(rec["name"]), "ranks": ranks, "desc": str(rec["desc"])}
     elif kind == "end":
-        error = rec.get("error")
-        if error is not None and not isinstance(error, str):
+        error, text = rec.get("error"), rec.get("error_text")
+        if (error is not None and not isinstance(error, str)) or (text is not None and not isinstance(text, str)):
             raise TraceFormatError("end record with an error that is not text")
-        trace.ends[_rank(rec)] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": error}
+        end = {"n": int(rec["n"]), "status": str(rec["status"]), "error": error}
+        if text is not None:  # v2.2: the whole error, where its message has more lines
+            end["error_text"] = text
+        trace.ends[_rank(rec)] = end
     elif kind == numerics.RECORD:
         try:
             numerics.decode(rec)

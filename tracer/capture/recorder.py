@@ -102,9 +102,9 @@ class RankStream:
             self.writer.group(gid, g.name, list(g.ranks), g.desc)
         return gid
 
-    def close(self, status: str = "ok", error: str | None = None) -> None:
+    def close(self, status: str = "ok", error: str | None = None, error_text: str | None = None) -> None:
         if not self.closed:
-            self.writer.end(self.rank, self.n, status, error)
+            self.writer.end(self.rank, self.n, status, error, error_text)
             self.writer.footer()
             self.writer.close()
             self.closed = True
@@ -288,9 +288,13 @@ class Recorder:
             for r in indices:
                 self.streams[r].parents.pop()
 
-    def close(self, status: str = "ok", error: str | None = None, ranks: list[int] | None = None) -> None:
+    def close(
+        self, status: str = "ok", error: str | None = None, ranks: list[int] | None = None, error_text: str | None = None
+    ) -> None:
+        """Close the streams (of `ranks`, default all) with how the run ended: `error` one line,
+        `error_text` the whole error where it has more lines (fmt.TraceWriter.end)."""
         for r in ranks if ranks is not None else self.ranks:
-            self.streams[r].close(status, error)
+            self.streams[r].close(status, error, error_text)
 
 
 def own_view(x, rank: int):

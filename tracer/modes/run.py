@@ -102,6 +102,7 @@ def run_job(job: Job) -> int:
     )
     p = patches.Patcher()
     status, error, code = "ok", None, 3
+    error_text: str | None = None  # the whole error, where its message has more lines than `error`
     failed: list[int] = []  # local mode: the simulated ranks an error is theirs alone (arg_checks)
     ch = None
     num = None
@@ -167,6 +168,7 @@ def run_job(job: Job) -> int:
         from tracer.fake.channel import PeerRecordedAgain
 
         status, error = "error", one_line_error(e, rec)  # its traceback in the rank's log
+        error_text = whole_error(e, error)
         failed = list(getattr(e, "failed_ranks", None) or [])
         traceback.print_exc()
         if isinstance(e, PeerRecordedAgain):  # its sender is recorded again: so is this rank
@@ -195,7 +197,7 @@ def run_job(job: Job) -> int:
             from tracer.local import rank_branch
 
             rank_branch.finish_all()
-        _close(rec, status, error, failed)
+        _close(rec, status, error, failed, error_text)
         from tracer.capture import process_group
 
         process_group.RecordingProcessGroup.recorder = None  # closed: nothing may write to it
@@ -213,17 +215,17 @@ def run_job(job: Job) -> int:
     return 0 if status == "ok" else code
 
 
-def _close(rec, status: str, error: str | None, failed: list[int]) -> None:
+def _close(rec, status: str, error: str | None, failed: list[int], error_text: str | None = None) -> None:
     """Close every stream with how the run ended. In local mode arguments that only some
     simulated ranks got wrong (arg_checks: their own splits, shards) are those ranks' error;
     the others stopped with them, one process running them all."""
     mine = [r for r in rec.ranks if r in failed]
     others = [r for r in rec.ranks if r not in failed]
     if not mine or not others:
-        rec.close(status, error)
+        rec.close(status, error, error_text=error_text)
         return
     who = f"{STOPPED_WITH} {mine[0]}" if len(mine) == 1 else f"{STOPPED_WITH}s {', '.join(map(str, mine))}"
-    rec.close(status, error, ranks=mine)
+    rec.close(status, error, ranks=mine, error_text=error_text)
     rec.close(status, f"{who}, whose arguments were rejected (local mode runs every rank in one process)", ranks=others)
 
 
@@ -266,16 +268,7 @@ def one_line_error(e: BaseException, rec) -> str:
     failure caused by a peer's death (a ChannelError, even one that torch's pipelining or the
     program re-raised as its own RuntimeError) is said as that ChannelError, so the verdict
     (record/result.py) shows the peer's real error first."""
-    from tracer.fake.channel import ChannelError
-
-    cause: BaseException | None = e
-    seen: set[int] = set()
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, ChannelError):
-            e = cause
-            break
-        cause = cause.__cause__ or cause.__context__
+    e = _shown(e)
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     where = ""
     for fs in reversed(traceback.extract_tb(e.__traceback__)):
@@ -305,6 +298,30 @@ def one_line_error(e: BaseException, rec) -> str:
             f"record with {OTHER_MODES}"
         )
     return f"{text} ({where})" if where else text
+
+
+def _shown(e: BaseException) -> BaseException:
+    """The exception a rank's error is said as: a ChannelError it was caused by (a peer's
+    death), else itself."""
+    from tracer.fake.channel import ChannelError
+
+    cause: BaseException | None = e
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ChannelError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return e
+
+
+def whole_error(e: BaseException, line: str) -> str | None:
+    """The whole error, where its message has more lines than the first: `line` (one_line_error's)
+    and then every further line of the message (a framework's check that prints the two values
+    it compared on the lines after its first: DeepSpeed's list-length disagreement). None where
+    the message is one line: the end record keeps `line` alone."""
+    rest = str(_shown(e)).strip().splitlines()[1:]
+    return "\n".join([line, *rest]) if rest else None
 
 
 PER_RANK_SIZE = "'LocalIntNode' object has no attribute"
