@@ -289,7 +289,11 @@ class Recorder:
                 self.streams[r].parents.pop()
 
     def close(
-        self, status: str = "ok", error: str | None = None, ranks: list[int] | None = None, error_text: str | None = None
+        self,
+        status: str = "ok",
+        error: str | None = None,
+        ranks: list[int] | None = None,
+        error_text: str | None = None,
     ) -> None:
         """Close the streams (of `ranks`, default all) with how the run ended: `error` one line,
         `error_text` the whole error where it has more lines (fmt.TraceWriter.end)."""
