@@ -79,6 +79,9 @@ ATOM_COLUMNS = (
     "frame",
     "user_frame",
 )
+FRAME_VIA = " via "
+"""How a frame is spelled where the user's line led to a library's: `train.py:40 in main via
+accelerate/utils/operations.py:355 in _gpu_gather_one` (the analyzer's frames, a rank's error)."""
 ADDED_COLUMNS = {"user_frame": (2, 2)}
 """Columns added by a minor version, with that version: a file of an older minor version has
 none of them, and reads with each holding its default (-1: none) on every event."""

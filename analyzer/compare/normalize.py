@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analyzer.model.trace import FRAME_VIA, Trace
+from analyzer.model.trace import Trace
+from traceformat import format as fmt
 from traceformat.ops import COMM_OPS, GROUP_OPS, P2P_OPS, ROOTED_OPS
 
 STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}
@@ -194,9 +195,9 @@ def normalize(trace: Trace, options: Options | None = None) -> pl.DataFrame:
         frame=pl.col("frame")
         .cast(pl.String)
         .fill_null("")
-        .str.split(FRAME_VIA)
+        .str.split(fmt.FRAME_VIA)
         .list.eval(pl.element().str.replace(r"^.*[/\\]", ""))
-        .list.join(FRAME_VIA),
+        .list.join(fmt.FRAME_VIA),
     )
     rows = trace.with_codes(trace.stream.select("rank", "idx", "code", "step"), per_pattern)
     rows = trace.with_patterns(rows, *[c for c in per_pattern.columns if c != "code"], table=per_pattern)

@@ -353,8 +353,4 @@ def where_issued(user: pl.Expr, issued: pl.Expr) -> pl.Expr:
     the trace's own columns stay apart: `user_frame` here, the issuing line in the file."""
     user, issued = user.cast(pl.String), issued.cast(pl.String)
     both = user.is_not_null() & issued.is_not_null() & (user != issued)
-    return pl.when(both).then(user + FRAME_VIA + issued).otherwise(issued.fill_null(user)).cast(pl.Categorical)
-
-
-FRAME_VIA = " via "
-"""Between the user's line and the library's in a frame (analyzer.model.trace.where_issued)."""
+    return pl.when(both).then(user + fmt.FRAME_VIA + issued).otherwise(issued.fill_null(user)).cast(pl.Categorical)

@@ -15,6 +15,7 @@ from conftest import BIN, PROGRAMS, REPO, stream
 
 from analyzer.checks import run_checks
 from analyzer.loader import load
+from traceformat.reader import read_trace
 from tracer.capture.code_paths import ProgramCode, program_home, project_root
 
 
@@ -65,17 +66,17 @@ def test_trace_holds_the_users_line_and_the_frameworks(recorded_fw):
         got = [(e["op"], e["user_frame"], e["frame"]) for e in stream(t, rank)]
         init = (
             "init_process_group",
-            f"{train}:15 in <module>",
-            f"{train}:15 in <module> via fakefw/ops.py:13 in __init__",
+            f"{train}:17 in <module>",
+            f"{train}:17 in <module> via fakefw/ops.py:13 in __init__",
         )
         reduce = ("all_reduce", f"{metrics}:2 in sync_loss", f"{metrics}:2 in sync_loss via fakefw/ops.py:20 in reduce")
-        gather = ("all_gather", f"{train}:20 in <module>", f"{train}:20 in <module> via fakefw/ops.py:7 in _gather_one")
+        gather = ("all_gather", f"{train}:22 in <module>", f"{train}:22 in <module> via fakefw/ops.py:7 in _gather_one")
         assert got == [init, reduce, gather, reduce, gather] if rank == 0 else [init, reduce, reduce]
 
 
 def test_findings_name_the_users_line_then_the_frameworks(recorded_fw):
     tmp, proj = recorded_fw
-    at = f"{proj / 'train.py'}:20 in <module> via fakefw/ops.py:7 in _gather_one"
+    at = f"{proj / 'train.py'}:22 in <module> via fakefw/ops.py:7 in _gather_one"
     found = run_checks(load(str(tmp / "bug.trace"))).findings
     assert [(f.kind.name, f.culprit_ranks, f.seq, f.detail) for f in found] == [
         ("missing_collective", [0], 1, "extra"),
@@ -113,9 +114,9 @@ def test_diff_names_the_users_line_then_the_frameworks(recorded_fw):
     (div,) = json.loads(p.stdout)["divergences"]
     assert div["ranks"] == [1, 2, 3]
     # frames as the diff compares them: each file's name, so checkouts in other folders compare equal
-    assert div["event_a"]["frame"] == "train.py:20 in <module> via ops.py:7 in _gather_one"
+    assert div["event_a"]["frame"] == "train.py:22 in <module> via ops.py:7 in _gather_one"
     assert div["event_b"]["frame"] == "metrics.py:2 in sync_loss via ops.py:20 in reduce"
-    assert [r["where"]["frame"] for r in div["runs"]] == ["train.py:20 in <module> via ops.py:7 in _gather_one"] * 2
+    assert [r["where"]["frame"] for r in div["runs"]] == ["train.py:22 in <module> via ops.py:7 in _gather_one"] * 2
 
 
 def test_the_programs_own_code_is_its_project_not_installed(tmp_path):
@@ -142,3 +143,27 @@ def test_the_programs_own_code_is_its_project_not_installed(tmp_path):
     assert ProgramCode(None).root is None
     assert program_home(None, "json.decoder:JSONDecoder").endswith(os.path.join("json", "__init__.py"))
     assert program_home(None, "no_such_package_here.x:main") is None
+
+
+def test_an_error_raised_inside_the_framework_names_the_users_line_and_keeps_every_line(tmp_path):
+    from tracer.record.pipeline import record
+    from tracer.record.program import Program
+    from tracer.record.request import RecordRequest
+
+    proj, site = _layout(tmp_path)
+    res = record(
+        RecordRequest(
+            program=Program(script=str(proj / "train.py"), args=[str(site), "raise"]),
+            world_size=4,
+            out=str(tmp_path / "raise.trace"),
+            mode="fake",
+            progress=False,
+        )
+    )
+    first = (
+        "RuntimeError: Detected a disagreement on list length between rank0 and rank2 "
+        f"({proj / 'train.py'}:24 in <module> via fakefw/ops.py:26 in assert_same_length)"
+    )
+    assert list(res.failures) == [2] and res.failures[2].why == first and res.failures[2].more == 2
+    end = read_trace(res.path).ends[2]
+    assert (end["error"], end["error_text"]) == (first, first + "\n  rank0: 3\n  rank2: 4")

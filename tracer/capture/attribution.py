@@ -234,7 +234,7 @@ class Attribution:
                 where = known[id(code)] = self._describe(code)
                 own[id(code)] = where is not None and code.co_filename in self._program
                 self._codes.append(code)
-            if isinstance(where, str):
+            if isinstance(where, str) and (not first or own[id(code)]):  # a line to name: the first, the user's
                 # f_lineno decodes the line table; the bytecode offset names the same line
                 key = (id(code), f.f_lasti)
                 line = self._lines.get(key)
@@ -242,10 +242,13 @@ class Attribution:
                     line = self._lines[key] = where.format(f.f_lineno)
                 if own[id(code)]:
                     return (first or line), line
-                if not first:
-                    first = line
+                first = line
             f = f.f_back
         return first, ""
+
+    def is_program(self, path: str) -> bool:
+        """Whether a file is the program's own code (code_paths.ProgramCode)."""
+        return path in self._program
 
     def _describe(self, code: CodeType) -> str | None:
         """'path:{} in name' for user code (path relative to the root, or to its site-packages

@@ -15,6 +15,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 
+from traceformat.format import FRAME_VIA
 from tracer.modes import OTHER_MODES
 from tracer.program import Program
 from tracer.record.result import STOPPED_WITH
@@ -270,12 +271,7 @@ def one_line_error(e: BaseException, rec) -> str:
     (record/result.py) shows the peer's real error first."""
     e = _shown(e)
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    where = ""
-    for fs in reversed(traceback.extract_tb(e.__traceback__)):
-        code_where = rec.attribution._describe(_Code(fs.filename, fs.name))
-        if code_where is not None:
-            where = code_where.format(fs.lineno)
-            break
+    where = raised_at(traceback.extract_tb(e.__traceback__), rec.attribution)
     text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
     if isinstance(e, (TypeError, RuntimeError)) and "RankInt" in msg:  # torch's C++ takes only a plain int
         from tracer.local.rank_values import LAST_READ, refusal
@@ -298,6 +294,22 @@ def one_line_error(e: BaseException, rec) -> str:
             f"record with {OTHER_MODES}"
         )
     return f"{text} ({where})" if where else text
+
+
+def raised_at(tb: traceback.StackSummary, attribution) -> str:
+    """Where an exception was raised, as an op's frame is named: the user's line (the innermost
+    frame of the program's own code), then the library's line that raised, where that is
+    another (`train.py:30 in main via deepspeed/runtime/zero/utils.py:92 in assert_...`)."""
+    first = ""
+    for fs in reversed(tb):
+        code_where = attribution._describe(_Code(fs.filename, fs.name))
+        if code_where is None:
+            continue
+        line = code_where.format(fs.lineno)
+        if attribution.is_program(fs.filename):
+            return f"{line}{FRAME_VIA}{first}" if first else line
+        first = first or line
+    return first
 
 
 def _shown(e: BaseException) -> BaseException:

@@ -19,3 +19,11 @@ class Accelerator:
     def reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(tensor)
         return tensor
+
+    def assert_same_length(self, items: list, rank0_length: int) -> None:
+        if len(items) != rank0_length:
+            rank = dist.get_rank()
+            raise RuntimeError(
+                f"Detected a disagreement on list length between rank0 and rank{rank}\n"
+                f"  rank0: {rank0_length}\n  rank{rank}: {len(items)}"
+            )
