@@ -32,8 +32,8 @@ def _layout(tmp_path):
 
 
 def _record(proj, site, out, *args):
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     res = record(
@@ -146,8 +146,8 @@ def test_the_programs_own_code_is_its_project_not_installed(tmp_path):
 
 
 def test_an_error_raised_inside_the_framework_names_the_users_line_and_keeps_every_line(tmp_path):
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     proj, site = _layout(tmp_path)

@@ -35,8 +35,8 @@ def test_a_gather_inside_a_framework_names_the_users_line(tmp_path, name, framew
     pytest.importorskip(framework)
     if importlib.metadata.version(framework) != version:  # the framework's line is of this version
         pytest.skip(f"{framework} {importlib.metadata.version(framework)} installed, the lines are {version}'s")
+    from tracer.program import Program
     from tracer.record.pipeline import record
-    from tracer.record.program import Program
     from tracer.record.request import RecordRequest
 
     out = str(tmp_path / f"{name}.trace")
