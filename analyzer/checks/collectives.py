@@ -21,7 +21,7 @@ import polars as pl
 from analyzer.checks.common import atom_values, conflicting_gids, group_table, majority
 from analyzer.checks.options import Checked, CheckOptions
 from analyzer.checks.position_findings import PositionFindings
-from analyzer.checks.shape_rules import DTYPE_MISMATCH, SHAPE_MISMATCH, per_row_rules
+from analyzer.checks.shape_rules import DTYPE_MISMATCH, SHAPE_MISMATCH, SPLIT_MISMATCH, per_row_rules
 from analyzer.checks.tie_culprits import tie_culprits
 from analyzer.model.findings import Finding, Kind
 from analyzer.model.text import frame_text, group_text, ranks_text, shape_text
@@ -172,12 +172,7 @@ def _findings(trace: Trace) -> list[Finding]:
             continue
         report.drop_group(gid)
         align_group(gid, contested[gid], rep, deviants, False)
-        who = f"rank{'s' if len(culprits) > 1 else ''} {ranks_text(culprits)}"
-        report.note(
-            gid,
-            f" (no majority in this group; {who}, named by every tie of its kind across groups "
-            f"{', '.join(group_text(groups[g]) for g in by)}, singled out)",
-        )
+        report.note(gid, _decided(culprits, by, groups))
     dev_keys = pl.DataFrame(
         [p for ps in deviating.values() for p in ps], schema={"group": pl.Int32, "rank": pl.Int32}, orient="row"
     )
@@ -199,7 +194,18 @@ def _findings(trace: Trace) -> list[Finding]:
         )
 
     per_row_rules(report, trace, groups, pats, positioned, atoms, present)
+    # an all_to_all pair that disagrees in a 2-rank group names both: the pairs of other groups decide
+    report.narrow_ties(SPLIT_MISMATCH, tie_culprits, lambda culprits, gids: _decided(culprits, gids, groups))
     return report.findings()
+
+
+def _decided(culprits: list[int], gids: list[int], groups: dict) -> str:
+    """The note on a finding whose culprits the ties across groups decided."""
+    who = f"rank{'s' if len(culprits) > 1 else ''} {ranks_text(culprits)}"
+    return (
+        f" (no majority in this group; {who}, named by every tie of its kind across groups "
+        f"{', '.join(group_text(groups[g]) for g in gids)}, singled out)"
+    )
 
 
 def _align(

@@ -112,6 +112,24 @@ class PositionFindings:
         """Forget every finding of a group (it is aligned again)."""
         self.found = {k: d for k, d in self.found.items() if d.gid != gid}
 
+    def narrow_ties(self, kind: Kind, tie_culprits, note) -> None:
+        """Findings of `kind` that name every member of their group (a tie, e.g. an all_to_all
+        pair's disagreement in a 2-rank group, where no majority exists) narrowed to the ranks the
+        ties across groups single out (`tie_culprits`, by position: each finding is one tie);
+        `note(culprits, gids)` says how, after the message."""
+        tied = [
+            d
+            for d in self.found.values()
+            if d.kind is kind and len(d.members) > 1 and sorted(d.culprits) == sorted(d.members)
+        ]
+        decided = tie_culprits({i: (d.members, {kind.name}) for i, d in enumerate(tied)})
+        for i, (culprits, by) in decided.items():
+            d = tied[i]
+            d.culprits = list(culprits)
+            d.actual = {r: v for r, v in d.actual.items() if r in culprits}
+            d.frames = {r: v for r, v in d.frames.items() if r in culprits or r < 0}
+            d.note = note(culprits, sorted({tied[j].gid for j in by}))
+
     def note(self, gid: int, text: str) -> None:
         """Append `text` to the message of every finding of a group found so far."""
         for d in self.found.values():

@@ -75,3 +75,11 @@ def test_a_skip_on_both_pairs_is_the_skipping_ranks_not_its_peers_extra(recorded
     assert found[1].message.startswith(
         "rank 0 skipped all_reduce #1 on tp (ranks 0-1) (tests/programs/bug_skip_pairs.py:18"
     )
+
+
+def test_an_all_to_all_pair_that_disagrees_on_both_groups_names_the_rank_in_both(recorded):
+    path, _ = recorded("bug_a2a_pairs", 4, "fake")
+    found = run_checks(load(path)).findings
+    assert _found(path) == [("split_mismatch", [3], 0, "dp", [1, 3]), ("split_mismatch", [3], 0, "tp", [2, 3])]
+    assert [f.actual for f in found] == [{3: ["3->1: sends 3, expected 2"]}, {3: ["3->2: sends 3, expected 2"]}]
+    assert all("culprit rank 3 (no majority in this group; rank 3, named by every tie" in f.message for f in found)
