@@ -35,7 +35,7 @@ import numpy as np
 from traceformat import codec
 
 FORMAT_NAME = "commtrace"
-VERSION = (2, 1)
+VERSION = (2, 2)
 BLOCK_EVENTS = 65536
 
 # (name, numpy dtype). Atom columns hold ids into the atom table; -1 means "none".
@@ -57,7 +57,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("module", "<i4"),  # atom: module FQN the op ran under
     ("phase", "<i4"),  # atom: "forward" / "backward" / "optimizer" / "other"
     ("step", "<i4"),  # optimizer steps completed before this event
-    ("frame", "<i4"),  # atom: first user frame "file:line in function"
+    ("frame", "<i4"),  # atom: the innermost frame outside torch / commtrace / stdlib (a library's, or the program's)
+    ("user_frame", "<i4"),  # atom (v2.2): the innermost frame of the program's own code, -1 none
     ("parent", "<i4"),  # event index (same rank) of the redistribute that issued it
     ("ref", "<i4"),  # wait: event index (same rank) of the op it waits on
     ("batch", "<i4"),  # id of the coalesced / batch_isend_irecv batch, per rank
@@ -65,7 +66,25 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 DTYPES = dict(COLUMNS)
-ATOM_COLUMNS = ("op", "dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info", "module", "phase", "frame")
+ATOM_COLUMNS = (
+    "op",
+    "dtype",
+    "in_shapes",
+    "out_shapes",
+    "reduce_op",
+    "splits",
+    "info",
+    "module",
+    "phase",
+    "frame",
+    "user_frame",
+)
+FRAME_VIA = " via "
+"""How a frame is spelled where the user's line led to a library's: `train.py:40 in main via
+accelerate/utils/operations.py:355 in _gpu_gather_one` (the analyzer's frames, a rank's error)."""
+ADDED_COLUMNS = {"user_frame": (2, 2)}
+"""Columns added by a minor version, with that version: a file of an older minor version has
+none of them, and reads with each holding its default (-1: none) on every event."""
 INT_COLUMNS = tuple(name for name in COLUMN_NAMES if name != "ts")
 # pblock layout: the pattern table's columns (a matrix, in this order) and the per-event columns
 PATTERN_COLUMNS = tuple(name for name in COLUMN_NAMES if name not in codec.STREAM_COLUMNS)
@@ -75,6 +94,8 @@ PBLOCK_STREAM = ("code",) + codec.STREAM_COLUMNS
 _NONE_ROW = {name: (0.0 if dt == "<f8" else -1) for name, dt in COLUMNS}
 _NONE_ROW.update(async_op=0, step=0, seq=-1)
 _NONE_LIST = [_NONE_ROW[name] for name in COLUMN_NAMES]
+COLUMN_DEFAULTS: dict[str, Any] = dict(_NONE_ROW)
+"""Column name -> the value an event holds where nothing was set (-1 for ids, atoms, indices)."""
 COLUMN_AT = {name: i for i, name in enumerate(COLUMN_NAMES)}
 """Column name -> its index in a row (a recorder fills rows by index)."""
 
@@ -312,9 +333,16 @@ class TraceWriter:
         for rec in records:
             self._write(rec)
 
-    def end(self, rank: int, n_events: int, status: str = "ok", error: str | None = None) -> None:
+    def end(
+        self, rank: int, n_events: int, status: str = "ok", error: str | None = None, error_text: str | None = None
+    ) -> None:
+        """A rank finished. `error`: one line; `error_text` (v2.2, only where the error's message
+        has more lines): the whole error, its first line `error`'s."""
         self._flush_atoms()
-        self._write({"t": "end", "r": rank, "n": n_events, "status": status, "error": error})
+        record = {"t": "end", "r": rank, "n": n_events, "status": status, "error": error}
+        if error_text is not None:
+            record["error_text"] = error_text
+        self._write(record)
 
     def footer(self) -> None:
         self._flush_atoms()

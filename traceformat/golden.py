@@ -98,7 +98,8 @@ def canonical(data: fmt.TraceData, root: str, cwd: str) -> fmt.TraceData:
     for rank, raw in data.columns.items():
         cols = columns[rank] = split(raw, fmt.COLUMNS)
         cols.stream["ts"] = cols.stream["ts"] * 0.0
-        frame_ids.update(int(f) for f in set(cols.patterns["frame"].tolist()) if f >= 0)
+        for name in ("frame", "user_frame"):
+            frame_ids.update(int(f) for f in set(cols.patterns[name].tolist()) if f >= 0)
     atoms = list(data.atoms)
     for aid in frame_ids:
         atoms[aid] = _portable_frame(atoms[aid], root, cwd)

@@ -115,7 +115,7 @@ def merge(
                 rank_numerics.extend(data.rank_numerics)
                 for rank in data.header.get("ranks", []):
                     end = summary.ends[rank] = _rank_end(data, rank)
-                    writer.end(rank, end["n"], end["status"], end["error"])
+                    writer.end(rank, end["n"], end["status"], end["error"], end.get("error_text"))
             if rank_numerics and combine_numerics is not None:
                 writer.numerics(combine_numerics(rank_numerics))
             writer.footer()
@@ -199,7 +199,7 @@ def _write_data(path: str, data: TraceData, rows: bool) -> None:
         w.numerics(data.numerics)
         for rank, cols in data.columns.items():
             end = data.ends.get(rank, {"n": len(cols["op"]), "status": "ok", "error": None})
-            w.end(rank, end["n"], end["status"], end["error"])
+            w.end(rank, end["n"], end["status"], end["error"], end.get("error_text"))
         w.footer()
     finally:
         w.close()

@@ -12,8 +12,10 @@ import numpy as np
 
 from traceformat import codec, numerics
 from traceformat.format import (
+    ADDED_COLUMNS,
     ATOM_COLUMNS,
     BLOCK_EVENTS,
+    COLUMN_DEFAULTS,
     COLUMN_NAMES,
     COLUMNS,
     DTYPES,
@@ -66,10 +68,15 @@ class _Layout:
 
     def __init__(self, names: list[str]):
         self.width = len(names)
-        self.row_at = [names.index(name) for name in COLUMN_NAMES]
+        # columns of a later minor version that this file lacks: read as their default, from
+        # one more (virtual) column past the file's own
+        self.absent = [name for name in COLUMN_NAMES if name not in names]
+        self.fill = [COLUMN_DEFAULTS[name] for name in self.absent]
+        have = names + self.absent
+        self.row_at = [have.index(name) for name in COLUMN_NAMES]
         pattern_names = [name for name in names if name not in codec.STREAM_COLUMNS]
         self.pattern_width = len(pattern_names)
-        self.pattern_at = [pattern_names.index(name) for name in PATTERN_COLUMNS]
+        self.pattern_at = [(pattern_names + self.absent).index(name) for name in PATTERN_COLUMNS]
         self.same = names == list(COLUMN_NAMES)
 
 
@@ -84,6 +91,8 @@ def _layout(header: dict, source: str) -> _Layout:
         raise TraceFormatError(f"{source}: corrupt header (a column named twice)")
     given = dict(map(tuple, columns))
     for name, dtype in COLUMNS:
+        if name in ADDED_COLUMNS and name not in given:
+            continue  # an older minor version: read as its default
         if given.get(name) != dtype:
             why = f"no column {name}" if name not in given else f"column {name} is {given[name]}, not {dtype}"
             raise TraceFormatError(f"{source}: unsupported column layout ({why})")
@@ -156,11 +165,14 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout
         values = rec["v"]
         if not isinstance(values, list) or len(values) != layout.width:
             raise TraceFormatError("event row of wrong width")
+        if layout.absent:
+            values = values + layout.fill
         rows.setdefault(_rank(rec), []).append(values if layout.same else [values[i] for i in layout.row_at])
     elif kind == "block":
         n, cols = int(rec["n"]), rec["c"]
         if len(cols) != layout.width:
             raise TraceFormatError("block of wrong width")
+        cols = list(cols) + [np.full(n, v, dtype=DTYPES[a]).tobytes() for a, v in zip(layout.absent, layout.fill)]
         arrays = {name: np.frombuffer(cols[i], dtype=DTYPES[name]) for name, i in zip(COLUMN_NAMES, layout.row_at)}
         if any(len(a) != n for a in arrays.values()):
             raise TraceFormatError("block column of wrong length")
@@ -178,10 +190,13 @@ def _apply(trace: TraceData, rec: Any, rows: dict, blocks: dict, layout: _Layout
             raise TraceFormatError("group id or rank out of range")
         trace.groups[gid] = {"gid": gid, "name": str(rec["name"]), "ranks": ranks, "desc": str(rec["desc"])}
     elif kind == "end":
-        error = rec.get("error")
-        if error is not None and not isinstance(error, str):
+        error, text = rec.get("error"), rec.get("error_text")
+        if (error is not None and not isinstance(error, str)) or (text is not None and not isinstance(text, str)):
             raise TraceFormatError("end record with an error that is not text")
-        trace.ends[_rank(rec)] = {"n": int(rec["n"]), "status": str(rec["status"]), "error": error}
+        end = {"n": int(rec["n"]), "status": str(rec["status"]), "error": error}
+        if text is not None:  # v2.2: the whole error, where its message has more lines
+            end["error_text"] = text
+        trace.ends[_rank(rec)] = end
     elif kind == numerics.RECORD:
         try:
             numerics.decode(rec)
@@ -209,6 +224,8 @@ def _decode_pblock(trace: TraceData, rec: dict, layout: _Layout) -> codec.RankCo
         raise TraceFormatError("block of wrong width")
     try:
         table = codec.decode_table(packed_p, k, layout.pattern_width)
+        if layout.absent:  # columns of a later minor version: their default on every pattern
+            table = np.hstack([table, np.tile(np.asarray(layout.fill, dtype=table.dtype), (k, 1))])
         if not layout.same:
             table = table[:, layout.pattern_at]  # the known columns, in this reader's order
         _validate(table, PATTERN_ATOM_AT, PATTERN_GROUP_AT, trace)  # atoms and groups precede their first use

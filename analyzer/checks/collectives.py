@@ -8,7 +8,8 @@ with a diff (common prefix/suffix, then difflib): a deleted run is one `missing_
 inserted run one more, a replaced pair is compared field by field. Positions mapped this way feed
 the columnar per-row checks (all-gather output = input x group size, ...) and the all_to_all
 split matrix. Culprits are the ranks that differ from the majority; without a strict majority
-(e.g. two members), all of them.
+(e.g. two members), all of them, unless the ties of other groups single some out
+(tie_culprits.py): then the group is aligned again against a cleared member.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import polars as pl
 from analyzer.checks.common import atom_values, conflicting_gids, group_table, majority
 from analyzer.checks.options import Checked, CheckOptions
 from analyzer.checks.position_findings import PositionFindings
-from analyzer.checks.shape_rules import DTYPE_MISMATCH, SHAPE_MISMATCH, per_row_rules
+from analyzer.checks.shape_rules import DTYPE_MISMATCH, SHAPE_MISMATCH, SPLIT_MISMATCH, per_row_rules
+from analyzer.checks.tie_culprits import tie_culprits
 from analyzer.model.findings import Finding, Kind
 from analyzer.model.text import frame_text, group_text, ranks_text, shape_text
 from analyzer.model.trace import Trace
@@ -123,40 +125,63 @@ def _findings(trace: Trace) -> list[Finding]:
     mix = pl.col("tok") ^ pl.col("seq").hash(seed=7)
     per = rows.group_by("group", "rank").agg(n=pl.len(), h=mix.sum())
     sig = {(g, r): (n, h) for g, r, n, h in per.iter_rows()}
-    deviating: list[tuple[int, int]] = []  # (group, rank) whose stream is not the majority's
-    mapped: list[pl.DataFrame] = []  # deviating ranks' rows with their majority position
-    for gid in sorted(per["group"].unique().to_list()):
-        members = [r for r in groups[gid]["ranks"] if r in present]
-        if not members:  # only non-members issued on it (a corrupt trace): nobody to compare
-            continue
-        votes = {r: sig.get((gid, r), (0, 0)) for r in members}
-        value, deviants = majority(votes)
-        rep = min(r for r, v in votes.items() if v == value)
-        contested = len(deviants) == len(members)
-        if not deviants:
-            continue
+    # gid -> (member, deviating rank) pairs and their rows at the majority's positions
+    deviating: dict[int, list[tuple[int, int]]] = {}
+    mapped: dict[int, list[pl.DataFrame]] = {}
+    votes_of: dict[int, dict[int, tuple]] = {}
+    contested: dict[int, list[int]] = {}  # gid -> members, for groups without a strict majority
+
+    def align_group(gid: int, members: list[int], rep: int, deviants: list[int], tie: bool) -> None:
+        """Diff each deviating member against `rep`; a tie names every member as culprit."""
         grows = rows.filter(pl.col("group") == gid)
         rep_rows = _full(trace, grows.filter(pl.col("rank") == rep), pats).to_dicts()
+        deviating[gid], mapped[gid] = [], []
         for r in deviants:
             if r == rep:
                 continue
-            deviating.append((gid, r))
+            deviating[gid].append((gid, r))
             dev = _full(trace, grows.filter(pl.col("rank") == r), pats)
-            culprits = members if contested else [r]
+            culprits = members if tie else [r]
             pairs = _align(report, gid, members, culprits, (rep, r), rep_rows, dev.to_dicts(), trace, atoms)
             if pairs:
                 pos = pl.DataFrame(
                     {"seq": [s for s, _ in pairs], "pos": [p for _, p in pairs]},
                     schema={"seq": pl.Int64, "pos": pl.Int64},
                 )
-                mapped.append(dev.select("rank", "idx", "seq", "code", "group").join(pos, on="seq"))
-    dev_keys = pl.DataFrame(deviating, schema={"group": pl.Int32, "rank": pl.Int32}, orient="row")
+                mapped[gid].append(dev.select("rank", "idx", "seq", "code", "group").join(pos, on="seq"))
+
+    for gid in sorted(per["group"].unique().to_list()):
+        members = [r for r in groups[gid]["ranks"] if r in present]
+        if not members:  # only non-members issued on it (a corrupt trace): nobody to compare
+            continue
+        votes = votes_of[gid] = {r: sig.get((gid, r), (0, 0)) for r in members}
+        value, deviants = majority(votes)
+        if not deviants:
+            continue
+        tie = len(deviants) == len(members)
+        if tie:
+            contested[gid] = members
+        align_group(gid, members, min(r for r, v in votes.items() if v == value), deviants, tie)
+    # ties decided across groups (tie_culprits.py): aligned again against a cleared member, so
+    # that a skip is said as the culprit's skip (not as the cleared member's extra)
+    for gid, (culprits, by) in tie_culprits(report.ties(contested)).items():
+        votes = votes_of[gid]
+        rep = min(r for r in contested[gid] if r not in culprits)
+        deviants = [r for r in contested[gid] if votes[r] != votes[rep]]
+        if not set(culprits) <= set(deviants):
+            continue
+        report.drop_group(gid)
+        align_group(gid, contested[gid], rep, deviants, False)
+        report.note(gid, _decided(culprits, by, groups))
+    dev_keys = pl.DataFrame(
+        [p for ps in deviating.values() for p in ps], schema={"group": pl.Int32, "rank": pl.Int32}, orient="row"
+    )
 
     def positioned(table: pl.DataFrame) -> pl.DataFrame:
         """The events of some patterns at their majority position (own seq unless deviating)."""
         sub = trace.with_codes(rows, table).drop("tok")
         plain = sub.join(dev_keys, on=["group", "rank"], how="anti").with_columns(pos=pl.col("seq"))
-        moved = [trace.with_codes(m, table) for m in mapped]
+        moved = [trace.with_codes(m, table) for ms in mapped.values() for m in ms]
         return trace.with_patterns(
             pl.concat([plain] + moved, how="diagonal"),
             "op",
@@ -169,7 +194,18 @@ def _findings(trace: Trace) -> list[Finding]:
         )
 
     per_row_rules(report, trace, groups, pats, positioned, atoms, present)
+    # an all_to_all pair that disagrees in a 2-rank group names both: the pairs of other groups decide
+    report.narrow_ties(SPLIT_MISMATCH, tie_culprits, lambda culprits, gids: _decided(culprits, gids, groups))
     return report.findings()
+
+
+def _decided(culprits: list[int], gids: list[int], groups: dict) -> str:
+    """The note on a finding whose culprits the ties across groups decided."""
+    who = f"rank{'s' if len(culprits) > 1 else ''} {ranks_text(culprits)}"
+    return (
+        f" (no majority in this group; {who}, named by every tie of its kind across groups "
+        f"{', '.join(group_text(groups[g]) for g in gids)}, singled out)"
+    )
 
 
 def _align(

@@ -28,6 +28,8 @@ class _Draft:
     culprits: list[int] = dataclasses.field(default_factory=list)
     actual: dict[int, Any] = dataclasses.field(default_factory=dict)
     frames: dict[int, str] = dataclasses.field(default_factory=dict)
+    note: str = ""
+    """Appended to the message: how its culprits were decided, where the group could not."""
 
     def finding(self, group: dict) -> Finding:
         f = Finding(
@@ -44,7 +46,7 @@ class _Draft:
             detail=self.detail,
             count=self.count,
         )
-        return dataclasses.replace(f, message=self.message(f))
+        return dataclasses.replace(f, message=self.message(f) + self.note)
 
 
 class PositionFindings:
@@ -91,6 +93,48 @@ class PositionFindings:
             d.culprits.append(rank)
         d.actual[rank] = actual
         d.frames[rank] = frame
+
+    def ties(self, contested: dict[int, list[int]]) -> dict[int, tuple[list[int], set[str]]]:
+        """Of the contested groups (gid -> members), those whose every finding names all of
+        its members (a tie), with the kinds found: gid -> (members, kinds)."""
+        out: dict[int, tuple[list[int], set[str]]] = {}
+        spoilt: set[int] = set()
+        for d in self.found.values():
+            members = contested.get(d.gid)
+            if members is None:
+                continue
+            if sorted(d.culprits) != sorted(members):  # decided in the group itself (a stopped rank)
+                spoilt.add(d.gid)
+            out.setdefault(d.gid, (members, set()))[1].add(d.kind.name)
+        return {gid: tie for gid, tie in out.items() if gid not in spoilt}
+
+    def drop_group(self, gid: int) -> None:
+        """Forget every finding of a group (it is aligned again)."""
+        self.found = {k: d for k, d in self.found.items() if d.gid != gid}
+
+    def narrow_ties(self, kind: Kind, tie_culprits, note) -> None:
+        """Findings of `kind` that name every member of their group (a tie, e.g. an all_to_all
+        pair's disagreement in a 2-rank group, where no majority exists) narrowed to the ranks the
+        ties across groups single out (`tie_culprits`, by position: each finding is one tie);
+        `note(culprits, gids)` says how, after the message."""
+        tied = [
+            d
+            for d in self.found.values()
+            if d.kind is kind and len(d.members) > 1 and sorted(d.culprits) == sorted(d.members)
+        ]
+        decided = tie_culprits({i: (d.members, {kind.name}) for i, d in enumerate(tied)})
+        for i, (culprits, by) in decided.items():
+            d = tied[i]
+            d.culprits = list(culprits)
+            d.actual = {r: v for r, v in d.actual.items() if r in culprits}
+            d.frames = {r: v for r, v in d.frames.items() if r in culprits or r < 0}
+            d.note = note(culprits, sorted({tied[j].gid for j in by}))
+
+    def note(self, gid: int, text: str) -> None:
+        """Append `text` to the message of every finding of a group found so far."""
+        for d in self.found.values():
+            if d.gid == gid:
+                d.note = text
 
     def findings(self) -> list[Finding]:
         # a rank whose own output breaks output = input is the culprit of the cross-rank

@@ -57,9 +57,9 @@ def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Findi
     for rank, s in sorted(trace.status.items()):
         state = s.get("status", "ok")
         if state != "ok" and rank not in missing and rank not in explained:
-            outcomes.setdefault((state, s.get("error") or ""), []).append(rank)
+            outcomes.setdefault((state, s.get("error") or "", s.get("error_text")), []).append(rank)
     out = []
-    for (state, error), ranks in outcomes.items():
+    for (state, error, text), ranks in outcomes.items():
         n = [trace.status[r].get("n", 0) for r in ranks]
         kept = f"{n[0]} events kept" if len(set(n)) == 1 else f"{min(n)}-{max(n)} events kept per rank"
         what = WHY.get(state, state)
@@ -70,10 +70,12 @@ def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Findi
                 f"recording is incomplete, and what the rank{'s' if many else ''} did after that is not recorded"
             )
         else:
+            more = len(text.splitlines()) - 1 if text else 0
+            rest = f"; {more} more line{'s' if more > 1 else ''} of the error in error_text (--json)" if more else ""
             message = (
                 f"{_who(ranks)} {what}"
                 + (f": {error}" if error else "")
-                + f" ({kept}): the recording is incomplete, and what the other ranks did after that "
+                + f" ({kept}{rest}): the recording is incomplete, and what the other ranks did after that "
                 "point may be its consequence"
             )
         out.append(
@@ -83,7 +85,7 @@ def check(trace: Trace, explained: AbstractSet[int] = frozenset()) -> list[Findi
                 culprit_ranks=ranks,
                 expected="every rank records to the end",
                 actual={r: state for r in ranks},
-                outcome=RankOutcome(status=state, error=error or None),
+                outcome=RankOutcome(status=state, error=error or None, error_text=text),
                 message=message,
             )
         )

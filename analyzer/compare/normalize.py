@@ -13,7 +13,8 @@ comm pattern. Here, per event that communicates or builds groups:
 - signature = op, gkey, dtype, input/output shapes, reduce op, root / peer offset, tag, splits;
   group creation and mesh ops: op, gkey and the mesh shape/dims (not absolute ranks);
 - timestamps, gids, seq, async flags, waits and redistribute markers are left out; module,
-  phase, step and frame travel alongside as context (frame reduced to `file:line in fn`, so
+  phase, step and frame travel alongside as context (frame reduced to `file:line in fn`, each of
+  the user's line and the library's where it names both, so
   checkouts in different folders compare equal).
 
 `Options` says what else is noise for the comparison at hand. By default (`analyzer diff`):
@@ -35,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from analyzer.model.trace import Trace
+from traceformat import format as fmt
 from traceformat.ops import COMM_OPS, GROUP_OPS, P2P_OPS, ROOTED_OPS
 
 STREAM_OPS = COMM_OPS | GROUP_OPS | {"mesh"}
@@ -190,7 +192,12 @@ def normalize(trace: Trace, options: Options | None = None) -> pl.DataFrame:
         bytes=pl.max_horizontal("in_bytes", "out_bytes"),
         module=pl.col("module").cast(pl.String).fill_null(""),
         phase=pl.col("phase").cast(pl.String).fill_null(""),
-        frame=pl.col("frame").cast(pl.String).fill_null("").str.replace(r"^.*[/\\]", ""),
+        frame=pl.col("frame")
+        .cast(pl.String)
+        .fill_null("")
+        .str.split(fmt.FRAME_VIA)
+        .list.eval(pl.element().str.replace(r"^.*[/\\]", ""))
+        .list.join(fmt.FRAME_VIA),
     )
     rows = trace.with_codes(trace.stream.select("rank", "idx", "code", "step"), per_pattern)
     rows = trace.with_patterns(rows, *[c for c in per_pattern.columns if c != "code"], table=per_pattern)

@@ -47,6 +47,9 @@ class RankOutcome:
     """Its status (error, truncated, timed_out, killed, ...); None where nothing says."""
     error: str | None
     """The exception line or the recorder's reason, where there is one."""
+    error_text: str | None = None
+    """The whole error where its message has more lines than `error` (its first line is
+    `error`): every line the rank's exception said (trace format v2.2's end record)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,8 +148,9 @@ class Finding:
             waiting=self.waiting,
             state=self.state,
         )
-        if self.outcome is not None:  # both keys, null where unknown
+        if self.outcome is not None:  # the keys always, null where unknown
             out["status"], out["error"] = self.outcome.status, self.outcome.error
+            out["error_text"] = self.outcome.error_text
         _set(
             out,
             waiting_ranks=self.waiting_ranks,

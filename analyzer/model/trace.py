@@ -28,7 +28,7 @@ from analyzer.model.text import ranks_text
 from traceformat import codec
 from traceformat import format as fmt
 
-STRING_COLUMNS = ("op", "dtype", "reduce_op", "module", "phase", "frame")
+STRING_COLUMNS = ("op", "dtype", "reduce_op", "module", "phase", "frame", "user_frame")
 
 
 SOURCE_COLUMNS: dict[str, tuple[Any, str]] = {
@@ -342,4 +342,15 @@ def _decode_strings(patterns: pl.DataFrame, atoms: list) -> pl.DataFrame:
         ids = patterns[name].to_numpy()
         ids = np.where(ids < 0, n, ids)
         out.append(lookup.gather(ids).alias(name))
-    return patterns.with_columns(out)
+    return patterns.with_columns(out).with_columns(frame=where_issued(pl.col("user_frame"), pl.col("frame")))
+
+
+def where_issued(user: pl.Expr, issued: pl.Expr) -> pl.Expr:
+    """The analyzer's `frame`: the user's line first, then the library line that issued the op
+    (`train.py:40 in main via accelerate/utils/operations.py:355 in _gpu_gather_one`); one of them
+    where they are the same line or the trace names no user frame (v2.1 and older, Flight
+    Recorder dumps, a library's own thread). Every finding, report and diff shows it as it is;
+    the trace's own columns stay apart: `user_frame` here, the issuing line in the file."""
+    user, issued = user.cast(pl.String), issued.cast(pl.String)
+    both = user.is_not_null() & issued.is_not_null() & (user != issued)
+    return pl.when(both).then(user + fmt.FRAME_VIA + issued).otherwise(issued.fill_null(user)).cast(pl.Categorical)

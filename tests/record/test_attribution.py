@@ -1,5 +1,6 @@
-"""The recorded user frame is the innermost frame outside torch, commtrace and the standard
-library, wherever it lives: a training library installed in site-packages included."""
+"""The recorded frame is the innermost frame outside torch, commtrace and the standard library,
+wherever it lives: a training library installed in site-packages included; the user frame is
+the innermost frame of the program's own code (the analyzer shows both: user's line first)."""
 
 import os
 import shutil
@@ -35,8 +36,12 @@ def test_frames_inside_an_installed_library(tmp_path, mode):
     )
     assert res.errors == {}
     t = load(out)
+    launch = "tests/programs/launch_installed.py:9 in <module>"  # main(): the program's own line
     for rank in range(2):
+        assert {e["user_frame"] for e in stream(t, rank)} == {launch}
         frames = [(e["op"], e["frame"]) for e in stream(t, rank) if e["op"] != "wait"]
+        assert all(f.startswith(launch + " via ddptrain/") for _, f in frames)  # the user's line first
+        frames = [(op, f.removeprefix(launch + " via ")) for op, f in frames]
         ddp_init = [
             ("all_gather", "ddptrain/parallelize.py:6 in parallelize"),
             ("broadcast", "ddptrain/parallelize.py:6 in parallelize"),

@@ -35,13 +35,15 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from tracer.capture.code_paths import INSTALLED, TORCH_DIRS, is_user_path
+from tracer.capture.code_paths import INSTALLED, TORCH_DIRS, ProgramCode, is_user_path
 
 
 class Attribution:
-    """Answers "where are we" for each recorded op. One per recording process."""
+    """Answers "where are we" for each recorded op. One per recording process. `program`: which
+    files are the program's own code (code_paths.ProgramCode; default: none but the built-in
+    workloads)."""
 
-    def __init__(self, root: str | None = None):
+    def __init__(self, root: str | None = None, program: ProgramCode | None = None):
         self.step = 0
         self.in_optimizer = 0
         self._root = root or os.getcwd()
@@ -55,6 +57,8 @@ class Attribution:
         # id: hashing a code object hashes its constants on every lookup (a big torch function
         # cost microseconds a frame). The code objects are kept alive so no id is reused.
         self._user_code: dict[int, str | None] = {}
+        self._program = program or ProgramCode(None)
+        self._own: dict[int, bool] = {}  # id(code) -> the program's own code (kept alive in _codes)
         self._codes: list[CodeType] = []
         self._lines: dict[tuple[int, int], str] = {}  # (id(code), f_lasti) -> "path:line in name"
         self._handles: list = []
@@ -185,8 +189,8 @@ class Attribution:
         if self.in_optimizer == 0:
             self.step += 1
 
-    def where(self) -> tuple[str, str, int, str]:
-        """(module, phase, step, frame) with one look at autograd. module: the FQN of the
+    def where(self) -> tuple[str, str, int, str, str]:
+        """(module, phase, step, frame, user frame) with one look at autograd (frames: frames()). module: the FQN of the
         innermost active module, relative to its root ("" outside any module); an owner set by a
         hook that knows better (FSDP's param group) wins, and in backward it is the module whose
         backward autograd entered last. phase: optimizer, backward, forward or other."""
@@ -198,7 +202,7 @@ class Attribution:
         else:
             module = self._backward_module if backward else ""
         phase = "optimizer" if self.in_optimizer else "backward" if backward else "forward" if self._stack else "other"
-        return module, phase, self.step, self.frame()
+        return module, phase, self.step, *self.frames()
 
     @contextlib.contextmanager
     def owning(self, fqn: str):
@@ -210,25 +214,41 @@ class Attribution:
             self.owners.pop()
 
     def frame(self) -> str:
-        """The innermost frame outside torch, commtrace and the standard library, wherever it
-        lives: the program, or a library it calls into (TorchTitan installed from pip included)."""
-        f: FrameType | None = sys._getframe(1)
-        known = self._user_code
+        """The innermost frame outside torch, commtrace and the standard library (frames()[0])."""
+        return self.frames(sys._getframe(1))[0]
+
+    def frames(self, f: FrameType | None = None) -> tuple[str, str]:
+        """(frame, user frame): the innermost frame outside torch, commtrace and the standard
+        library, wherever it lives (the program, or a library it calls into: the line that issued
+        the op), and the innermost frame of the program's own code (code_paths.ProgramCode: the
+        user's line that led there; the same where the program issued the op itself, "" where
+        no frame of the program is on the stack)."""
+        if f is None:
+            f = sys._getframe(1)
+        known, own = self._user_code, self._own
+        first = ""
         while f is not None:
             code = f.f_code
             where = known.get(id(code), 0)
             if where == 0:
                 where = known[id(code)] = self._describe(code)
+                own[id(code)] = where is not None and code.co_filename in self._program
                 self._codes.append(code)
-            if isinstance(where, str):
+            if isinstance(where, str) and (not first or own[id(code)]):  # a line to name: the first, the user's
                 # f_lineno decodes the line table; the bytecode offset names the same line
                 key = (id(code), f.f_lasti)
                 line = self._lines.get(key)
                 if line is None:
                     line = self._lines[key] = where.format(f.f_lineno)
-                return line
+                if own[id(code)]:
+                    return (first or line), line
+                first = line
             f = f.f_back
-        return ""
+        return first, ""
+
+    def is_program(self, path: str) -> bool:
+        """Whether a file is the program's own code (code_paths.ProgramCode)."""
+        return path in self._program
 
     def _describe(self, code: CodeType) -> str | None:
         """'path:{} in name' for user code (path relative to the root, or to its site-packages

@@ -22,6 +22,7 @@ from traceformat import format as fmt
 from traceformat.ops import COLLECTIVE_OPS, OPS, P2P_OPS
 from traceformat.parts import part_path
 from tracer.capture.attribution import Attribution
+from tracer.capture.code_paths import ProgramCode
 
 
 class RecordError(RuntimeError):
@@ -66,8 +67,8 @@ class Call:
 
 
 _AT = fmt.COLUMN_AT
-_OP, _GROUP, _MODULE, _PHASE, _STEP, _FRAME, _PARENT, _BATCH, _TS = (
-    _AT[name] for name in ("op", "group", "module", "phase", "step", "frame", "parent", "batch", "ts")
+_OP, _GROUP, _MODULE, _PHASE, _STEP, _FRAME, _USER_FRAME, _PARENT, _BATCH, _TS = (
+    _AT[name] for name in ("op", "group", "module", "phase", "step", "frame", "user_frame", "parent", "batch", "ts")
 )
 _ATOM_VALUES = ("dtype", "in_shapes", "out_shapes", "reduce_op", "splits", "info")  # given by value, stored as ids
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
@@ -101,9 +102,9 @@ class RankStream:
             self.writer.group(gid, g.name, list(g.ranks), g.desc)
         return gid
 
-    def close(self, status: str = "ok", error: str | None = None) -> None:
+    def close(self, status: str = "ok", error: str | None = None, error_text: str | None = None) -> None:
         if not self.closed:
-            self.writer.end(self.rank, self.n, status, error)
+            self.writer.end(self.rank, self.n, status, error, error_text)
             self.writer.footer()
             self.writer.close()
             self.closed = True
@@ -121,11 +122,12 @@ class Recorder:
         parts_dir: str,
         config: dict | None = None,
         root: str | None = None,
+        program: ProgramCode | None = None,
     ):
         self.mode = mode
         self.world_size = world_size
         self.ranks = list(ranks)
-        self.attribution = Attribution(root)
+        self.attribution = Attribution(root, program)
         created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.streams: dict[int, RankStream] = {}
         for r in self.ranks:
@@ -175,14 +177,14 @@ class Recorder:
         return here
 
     # ---- events -------------------------------------------------------------------------
-    def where(self) -> tuple[str, str, int, str]:
-        """(module, phase, step, frame) of the op being recorded; computed once per call."""
+    def where(self) -> tuple[str, str, int, str, str]:
+        """(module, phase, step, frame, user frame) of the op being recorded; computed once per call."""
         return self.attribution.where()
 
     def event(self, rank: int, op: str, group: GroupRef | None = None, where: tuple | None = None, **values) -> int:
         s = self.streams[rank]
         w = s.writer
-        module, phase, step, frame = where or self.where()
+        module, phase, step, frame, user_frame = where or self.where()
         gid = -1 if group is None else s.gid(group)
         if op in COLLECTIVE_OPS:
             values["seq"] = s.seq[gid]
@@ -206,6 +208,7 @@ class Recorder:
         row[_PHASE] = atom(phase)
         row[_STEP] = step
         row[_FRAME] = atom(frame)
+        row[_USER_FRAME] = atom(user_frame) if user_frame else -1
         if s.parents:
             row[_PARENT] = s.parents[-1]
         row[_BATCH] = self._batch
@@ -285,9 +288,17 @@ class Recorder:
             for r in indices:
                 self.streams[r].parents.pop()
 
-    def close(self, status: str = "ok", error: str | None = None, ranks: list[int] | None = None) -> None:
+    def close(
+        self,
+        status: str = "ok",
+        error: str | None = None,
+        ranks: list[int] | None = None,
+        error_text: str | None = None,
+    ) -> None:
+        """Close the streams (of `ranks`, default all) with how the run ended: `error` one line,
+        `error_text` the whole error where it has more lines (fmt.TraceWriter.end)."""
         for r in ranks if ranks is not None else self.ranks:
-            self.streams[r].close(status, error)
+            self.streams[r].close(status, error, error_text)
 
 
 def own_view(x, rank: int):

@@ -15,6 +15,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 
+from traceformat.format import FRAME_VIA
 from tracer.modes import OTHER_MODES
 from tracer.program import Program
 from tracer.record.result import STOPPED_WITH
@@ -78,6 +79,7 @@ def run_job(job: Job) -> int:
     import torch.distributed as dist
 
     from tracer.capture import compiled, ddp, patches
+    from tracer.capture.code_paths import ProgramCode, program_home
     from tracer.capture.recorder import Recorder
 
     if job.threads > 0:
@@ -97,9 +99,11 @@ def run_job(job: Job) -> int:
         parts_dir=job.parts_dir,
         config=job.config,
         root=job.root or os.getcwd(),
+        program=ProgramCode(program_home(job.program.script, job.program.entrypoint)),
     )
     p = patches.Patcher()
     status, error, code = "ok", None, 3
+    error_text: str | None = None  # the whole error, where its message has more lines than `error`
     failed: list[int] = []  # local mode: the simulated ranks an error is theirs alone (arg_checks)
     ch = None
     num = None
@@ -165,6 +169,7 @@ def run_job(job: Job) -> int:
         from tracer.fake.channel import PeerRecordedAgain
 
         status, error = "error", one_line_error(e, rec)  # its traceback in the rank's log
+        error_text = whole_error(e, error)
         failed = list(getattr(e, "failed_ranks", None) or [])
         traceback.print_exc()
         if isinstance(e, PeerRecordedAgain):  # its sender is recorded again: so is this rank
@@ -193,7 +198,7 @@ def run_job(job: Job) -> int:
             from tracer.local import rank_branch
 
             rank_branch.finish_all()
-        _close(rec, status, error, failed)
+        _close(rec, status, error, failed, error_text)
         from tracer.capture import process_group
 
         process_group.RecordingProcessGroup.recorder = None  # closed: nothing may write to it
@@ -211,17 +216,17 @@ def run_job(job: Job) -> int:
     return 0 if status == "ok" else code
 
 
-def _close(rec, status: str, error: str | None, failed: list[int]) -> None:
+def _close(rec, status: str, error: str | None, failed: list[int], error_text: str | None = None) -> None:
     """Close every stream with how the run ended. In local mode arguments that only some
     simulated ranks got wrong (arg_checks: their own splits, shards) are those ranks' error;
     the others stopped with them, one process running them all."""
     mine = [r for r in rec.ranks if r in failed]
     others = [r for r in rec.ranks if r not in failed]
     if not mine or not others:
-        rec.close(status, error)
+        rec.close(status, error, error_text=error_text)
         return
     who = f"{STOPPED_WITH} {mine[0]}" if len(mine) == 1 else f"{STOPPED_WITH}s {', '.join(map(str, mine))}"
-    rec.close(status, error, ranks=mine)
+    rec.close(status, error, ranks=mine, error_text=error_text)
     rec.close(status, f"{who}, whose arguments were rejected (local mode runs every rank in one process)", ranks=others)
 
 
@@ -264,23 +269,9 @@ def one_line_error(e: BaseException, rec) -> str:
     failure caused by a peer's death (a ChannelError, even one that torch's pipelining or the
     program re-raised as its own RuntimeError) is said as that ChannelError, so the verdict
     (record/result.py) shows the peer's real error first."""
-    from tracer.fake.channel import ChannelError
-
-    cause: BaseException | None = e
-    seen: set[int] = set()
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, ChannelError):
-            e = cause
-            break
-        cause = cause.__cause__ or cause.__context__
+    e = _shown(e)
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    where = ""
-    for fs in reversed(traceback.extract_tb(e.__traceback__)):
-        code_where = rec.attribution._describe(_Code(fs.filename, fs.name))
-        if code_where is not None:
-            where = code_where.format(fs.lineno)
-            break
+    where = raised_at(traceback.extract_tb(e.__traceback__), rec.attribution)
     text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
     if isinstance(e, (TypeError, RuntimeError)) and "RankInt" in msg:  # torch's C++ takes only a plain int
         from tracer.local.rank_values import LAST_READ, refusal
@@ -303,6 +294,46 @@ def one_line_error(e: BaseException, rec) -> str:
             f"record with {OTHER_MODES}"
         )
     return f"{text} ({where})" if where else text
+
+
+def raised_at(tb: traceback.StackSummary, attribution) -> str:
+    """Where an exception was raised, as an op's frame is named: the user's line (the innermost
+    frame of the program's own code), then the library's line that raised, where that is
+    another (`train.py:30 in main via deepspeed/runtime/zero/utils.py:92 in assert_...`)."""
+    first = ""
+    for fs in reversed(tb):
+        code_where = attribution._describe(_Code(fs.filename, fs.name))
+        if code_where is None:
+            continue
+        line = code_where.format(fs.lineno)
+        if attribution.is_program(fs.filename):
+            return f"{line}{FRAME_VIA}{first}" if first else line
+        first = first or line
+    return first
+
+
+def _shown(e: BaseException) -> BaseException:
+    """The exception a rank's error is said as: a ChannelError it was caused by (a peer's
+    death), else itself."""
+    from tracer.fake.channel import ChannelError
+
+    cause: BaseException | None = e
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ChannelError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return e
+
+
+def whole_error(e: BaseException, line: str) -> str | None:
+    """The whole error, where its message has more lines than the first: `line` (one_line_error's)
+    and then every further line of the message (a framework's check that prints the two values
+    it compared on the lines after its first: DeepSpeed's list-length disagreement). None where
+    the message is one line: the end record keeps `line` alone."""
+    rest = str(_shown(e)).strip().splitlines()[1:]
+    return "\n".join([line, *rest]) if rest else None
 
 
 PER_RANK_SIZE = "'LocalIntNode' object has no attribute"

@@ -36,7 +36,7 @@ from tracer.fake import channel
 from tracer.modes.run import Job
 from tracer.record import sharing
 from tracer.record.request import RecordRequest
-from tracer.record.result import Interrupted, RankFailure, RecordResult, failed_path
+from tracer.record.result import Interrupted, RankFailure, RecordResult, failed_path, more_lines
 
 
 def record(request: RecordRequest) -> RecordResult:
@@ -217,10 +217,15 @@ class _Recording:
                 if end and end["status"] == "ok":
                     continue
                 why = end["error"] if end and end["status"] == "error" else outcome.why(req.timeout)
+                text = end.get("error_text") if end and end["status"] == "error" else None
+                more = len(text.splitlines()) - 1 if text else 0
                 if outcome.ending is Ending.EXITED and last_line(log_path(job)):  # os._exit(1) after a message
                     why = f"{why}: {last_line(log_path(job))}"
-                result.errors[r] = f"rank {r}: {why} (log: {log_path(job)})"
-                result.failures[r] = RankFailure(rank=r, why=why, log=log_path(job), ended=_ended(self.parts_dir, r))
+                kept = more_lines(more)
+                result.errors[r] = f"rank {r}: {why} ({kept + '; ' if kept else ''}log: {log_path(job)})"
+                result.failures[r] = RankFailure(
+                    rank=r, why=why, log=log_path(job), ended=_ended(self.parts_dir, r), more=more
+                )
         if result.written and not result.errors and result.path != req.out:  # every end record ok after all
             os.replace(result.path, req.out)
             result.path = req.out

@@ -43,6 +43,8 @@ class RankFailure:
     ended: float
     """When it stopped writing (its part's mtime; inf when unknown): the earliest failure is
     the one to show."""
+    more: int = 0
+    """Lines of its error past `why`, kept whole in the trace (the end record's error_text)."""
 
     @property
     def caused_by_peer(self) -> bool:
@@ -57,6 +59,14 @@ STOPPED_WITH = "stopped with rank"
 runs them all): tracer/modes/run.py writes it, failure_lines shows it as a consequence."""
 
 
+def more_lines(n: int) -> str:
+    """Where the rest of a many-line error is: '2 more lines of the error in the trace
+    (analyzer check --json: error_text)'; "" for none."""
+    if n <= 0:
+        return ""
+    return f"{n} more line{'s' if n > 1 else ''} of the error in the trace (analyzer check --json: error_text)"
+
+
 def failure_lines(failures: dict[int, RankFailure]) -> list[str]:
     """The verdict on the failed ranks, at most two lines: the first real error (not one caused
     by another rank's death; the earliest; the lowest rank) with every rank that failed the same
@@ -68,7 +78,8 @@ def failure_lines(failures: dict[int, RankFailure]) -> list[str]:
     logs = sorted({failures[r].log for r in same})
     where = f"log: {logs[0]}" if len(logs) == 1 else f"logs: {logs[0]} and {len(logs) - 1} more"
     who = f"rank {same[0]}" if len(same) == 1 else f"ranks {ranks_text(same)}"
-    lines = [f"{who}: {first.why} ({where})"]
+    kept = more_lines(first.more)
+    lines = [f"{who}: {first.why} ({kept + '; ' if kept else ''}{where})"]
     rest = sorted(set(failures) - set(same))
     if rest:
         why = (

@@ -42,7 +42,7 @@ class ReplayRecorder(Recorder):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.current: tuple = ("", "other", 0, "")
+        self.current: tuple = ("", "other", 0, "", "")
         self.refs: dict[int, GroupRef] = {}
 
     def where(self) -> tuple:
@@ -101,7 +101,13 @@ class RankReplay:
         if ev["op"] == "wait":
             self._wait(ev)
             return
-        self.rec.current = (ev["module"] or "", ev["phase"] or "other", ev["step"], ev["frame"] or "")
+        self.rec.current = (
+            ev["module"] or "",
+            ev["phase"] or "other",
+            ev["step"],
+            ev["frame"] or "",
+            ev.get("user_frame") or "",
+        )
         pg = self.pgs.get(ev["group"])
         if pg is None:
             raise RuntimeError(f"event {ev['idx']} ({ev['op']}) uses group {ev['group']} that this rank never created")
@@ -153,7 +159,13 @@ class RankReplay:
         if entry is None:
             return  # a wait on an op not replayed (outside --steps, or a non-comm op)
         work, idx, t0, op_ev = entry
-        self.rec.current = (ev["module"] or "", ev["phase"] or "other", ev["step"], ev["frame"] or "")
+        self.rec.current = (
+            ev["module"] or "",
+            ev["phase"] or "other",
+            ev["step"],
+            ev["frame"] or "",
+            ev.get("user_frame") or "",
+        )
         self.rec.waited({self.rank: idx})
         if work is not None:
             work.wait()
