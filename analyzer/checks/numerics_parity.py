@@ -60,6 +60,11 @@ def parameter_findings(trace: Trace, ref: Trace) -> list[Finding]:
     one only in the reference whose module never ran here, a layer missing."""
     mine, theirs = dict(_params(trace)), dict(_params(ref))
     ran_here, ran_there = _modules_run(trace), _modules_run(ref)
+    # a side with unmapped parameters (a ZeRO partition) may hold the other's inside them
+    if _has_unmapped(trace):
+        theirs = {n: s for n, s in theirs.items() if n in mine}
+    if _has_unmapped(ref):
+        mine = {n: s for n, s in mine.items() if n in theirs}
     ranks = list(trace.ranks)
     out = []
     for name, shape in mine.items():
@@ -83,6 +88,11 @@ def parameter_findings(trace: Trace, ref: Trace) -> list[Finding]:
                 hint = f"a layer missing? ({module or name} never runs here: a stage split or plan that drops it)"
             out.append(_mismatch(name, f"parameter {name} {_shape(shape)} is only in the reference: {hint}", ranks))
     return out
+
+
+def _has_unmapped(t: Trace) -> bool:
+    assert t.numerics is not None
+    return bool(t.numerics.filter(pl.col("layout").str.starts_with(UNMAPPED_LAYOUT)).height)
 
 
 def _modules_run(t: Trace) -> set[str]:
