@@ -161,7 +161,7 @@ def test_parallel_read_matches_sequential(fr_dumps, monkeypatch):
 
     base = load(fr_dumps / "size" / "repaired").events
     monkeypatch.setattr(fr, "PARALLEL_FROM", 1)
-    monkeypatch.setattr(fr, "_workers", lambda n: 2)
+    monkeypatch.setattr(fr, "_workers", lambda n, jobs: 2)
     assert load(fr_dumps / "size" / "repaired").events.equals(base)
 
 

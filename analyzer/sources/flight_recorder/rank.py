@@ -76,16 +76,27 @@ def read_rank(file_kind: tuple[str, str]) -> RankDump:
             gc.enable()
 
 
-def _read_rank(file_kind: tuple[str, str]) -> RankDump:
+def read_rank_data(name: str, data: bytes, kind: str) -> RankDump:
+    """read_rank of a dump's bytes (`name`: where they came from, for the rank and messages)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_rank((name, kind), data)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_rank(file_kind: tuple[str, str], data: bytes | None = None) -> RankDump:
     file, kind = file_kind
     out = RankDump(file=file)
     if kind == "pickle" and scanned.available():
-        got = _read_scanned(out, file)
+        got = _read_scanned(out, file, data)
         if got is not None:
             return got
         out = RankDump(file=file)
     try:
-        dump = read_dump(file, kind)
+        dump = read_dump(file, kind, data)
     except LoadError as e:
         out.error, out.refused = str(e), "refused" in str(e)
         return out
@@ -111,14 +122,15 @@ def _read_rank(file_kind: tuple[str, str]) -> RankDump:
         return out
 
 
-def _read_scanned(out: RankDump, file: str) -> RankDump | None:
+def _read_scanned(out: RankDump, file: str, data: bytes | None) -> RankDump | None:
     """The C reader's way (scanned.py); None: read it as dicts (what it gave up on, in the
     dict reader's words, or refused)."""
-    try:
-        with open(file, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
+    if data is None:
+        try:
+            with open(file, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
     s = scanned.scan(data)
     if s is None:
         return None

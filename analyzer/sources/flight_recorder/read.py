@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import gc
+import io
 import json
 import os
 import pickle
@@ -66,15 +67,26 @@ def dump_files(path: str) -> list[tuple[str, str]]:
     if os.path.isfile(path):
         kind = sniff(path)
         return [(path, kind)] if kind else []
-    out = []
+    listing = []
     for root, dirs, files in os.walk(path):
         dirs.sort()
         for name in sorted(files):
             full = os.path.join(root, name)
-            kind = sniff(full)
-            if kind:
-                out.append((full, kind))
-    return out
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            listing.append((full, st.st_mtime_ns, st.st_size))
+    key = (path, hash(tuple(listing)))
+    if _SNIFFED.get(key) is None:
+        # recognising the source and reading it both ask: each file is sniffed once while
+        # none changed (16k dumps: 16k opens, not 32k)
+        _SNIFFED.clear()
+        _SNIFFED[key] = [(f, kind) for f, _, _ in listing if (kind := sniff(f))]
+    return list(_SNIFFED[key])
+
+
+_SNIFFED: dict[tuple, list] = {}
 
 
 def dump_kinds(path: str) -> set[str]:
@@ -91,16 +103,21 @@ def dump_kinds(path: str) -> set[str]:
     return {kind for _, kind in dump_files(path)}
 
 
-def read_dump(path: str, kind: str) -> dict:
-    """One dump as a dict with at least `entries` (a list). One-line LoadError otherwise."""
+def read_dump(path: str, kind: str, data: bytes | None = None) -> dict:
+    """One dump (the file, or its bytes `data`) as a dict with at least `entries` (a list).
+    One-line LoadError otherwise."""
     name = os.path.basename(path)
     enabled = gc.isenabled()
     gc.disable()  # millions of small dicts: the cyclic collector would rescan them again and again
     try:
-        if kind == "pickle":
+        if kind == "pickle" and data is not None:
+            dump = SafeUnpickler(io.BytesIO(data)).load()
+        elif kind == "pickle":
             # a buffered file lets the C unpickler peek ahead (3x faster than a BytesIO)
             with open(path, "rb", buffering=1 << 20) as f:
                 dump = SafeUnpickler(f).load()
+        elif data is not None:
+            dump = json.loads(data)
         else:
             with open(path, "rb") as f:
                 dump = json.load(f)
