@@ -32,10 +32,17 @@ import numpy as np
 
 TP = 8
 AHEAD = 2  # collectives a rank enqueues past its first open one (NCCL: async on a stream)
-FRAME_FILES = ("/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", "/usr/lib/python3.11/site-packages/torch/distributed/c10d_logger.py")
+FRAME_FILES = (
+    "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+    "/usr/lib/python3.11/site-packages/torch/distributed/c10d_logger.py",
+)
 # per pattern op: (profiling name, group kind 0 world / 1 tp / 2 dp, input size, output size factor, api)
-REALISTIC = [("nccl:_allgather_base", 2, 1024, "dp", "all_gather_into_tensor"), ("nccl:allreduce", 1, 2048, 1, "all_reduce"),
-             ("nccl:allreduce", 1, 2048, 1, "all_reduce"), ("nccl:_reduce_scatter_base", 2, 8192, "1/dp", "reduce_scatter_tensor")]
+REALISTIC = [
+    ("nccl:_allgather_base", 2, 1024, "dp", "all_gather_into_tensor"),
+    ("nccl:allreduce", 1, 2048, 1, "all_reduce"),
+    ("nccl:allreduce", 1, 2048, 1, "all_reduce"),
+    ("nccl:_reduce_scatter_base", 2, 8192, "1/dp", "reduce_scatter_tensor"),
+]
 SIMPLE = [("nccl:allreduce", 0, 1024 * (k + 1), 1, "all_reduce") for k in range(4)]
 
 
@@ -161,7 +168,11 @@ def dump_bytes(rank: int, ranks: int, kind: str, entries: int, issued: int, done
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(ranks)))}}
     if kind != "simple":
         t, d = int(gidx[1][rank]), int(gidx[2][rank])
-        config[groups[1][0]] = {"name": groups[1][0], "desc": "mesh_tp", "ranks": str(list(range(t * TP, (t + 1) * TP)))}
+        config[groups[1][0]] = {
+            "name": groups[1][0],
+            "desc": "mesh_tp",
+            "ranks": str(list(range(t * TP, (t + 1) * TP))),
+        }
         config[groups[2][0]] = {"name": groups[2][0], "desc": "mesh_dp", "ranks": str(list(range(d, ranks, TP)))}
     per_cycle = [sum(1 for p in pattern if p[1] == g) for g in range(3)]
     seq_before = [[sum(1 for p in pattern[:i] if p[1] == g) for i in range(len(pattern))] for g in range(3)]
@@ -186,8 +197,11 @@ def dump_bytes(rank: int, ranks: int, kind: str, entries: int, issued: int, done
         ents.append((j, g, seq, name, api, size, out, state, t))
     status = {}
     for g, (_, _, pg_id) in enumerate(groups):
-        status[str(pg_id)] = {"last_enqueued_collective": enq[g], "last_started_collective": began[g],
-                              "last_completed_collective": comp[g]}
+        status[str(pg_id)] = {
+            "last_enqueued_collective": enq[g],
+            "last_started_collective": began[g],
+            "last_completed_collective": comp[g],
+        }
     p.value("pg_status")
     p.value(status)
     p.value("entries")
@@ -198,7 +212,14 @@ def dump_bytes(rank: int, ranks: int, kind: str, entries: int, issued: int, done
         site = j % len(pattern)
         tpl = templates.get((site, state))
         if tpl is not None:
-            ints = (j, seq, seq, t, t + 1000 if state != "scheduled" else None, t + 5000 if state == "completed" else None)
+            ints = (
+                j,
+                seq,
+                seq,
+                t,
+                t + 1000 if state != "scheduled" else None,
+                t + 5000 if state == "completed" else None,
+            )
             a, b, c, d, e, f = map(_int, ints)
             p.out.append(b"".join((tpl[0], a, tpl[1], b, tpl[2], c, tpl[3], d, tpl[4], e, tpl[5], f, tpl[6])))
             continue
@@ -207,19 +228,36 @@ def dump_bytes(rank: int, ranks: int, kind: str, entries: int, issued: int, done
         p.value("frames")
         p.out.append(b"](")
         for f, (fname, file, line) in enumerate(
-            ((api, FRAME_FILES[0], 3000 + site), ("wrapper", FRAME_FILES[1], 83),
-             ("forward", "/home/user/train/model.py", 40 + 10 * site), ("main", "/home/user/train/train.py", 12))
+            (
+                (api, FRAME_FILES[0], 3000 + site),
+                ("wrapper", FRAME_FILES[1], 83),
+                ("forward", "/home/user/train/model.py", 40 + 10 * site),
+                ("main", "/home/user/train/train.py", 12),
+            )
         ):
             p.dict({"name": fname, "filename": file, "line": line}, shared=(site, f))
         p.out.append(b"e")
         for k, v in (
-            ("record_id", j), ("pg_id", pg_id), ("process_group", (pg_name, desc)), ("thread_name", "pt_main_thread"),
-            ("thread_id", "140001"), ("collective_seq_id", seq), ("p2p_seq_id", 0), ("op_id", seq),
-            ("profiling_name", name), ("time_created_ns", t), ("input_sizes", [[size]]), ("input_dtypes", ["BFloat16"]),
-            ("output_sizes", [[out]]), ("output_dtypes", ["BFloat16"]), ("state", state),
+            ("record_id", j),
+            ("pg_id", pg_id),
+            ("process_group", (pg_name, desc)),
+            ("thread_name", "pt_main_thread"),
+            ("thread_id", "140001"),
+            ("collective_seq_id", seq),
+            ("p2p_seq_id", 0),
+            ("op_id", seq),
+            ("profiling_name", name),
+            ("time_created_ns", t),
+            ("input_sizes", [[size]]),
+            ("input_dtypes", ["BFloat16"]),
+            ("output_sizes", [[out]]),
+            ("output_dtypes", ["BFloat16"]),
+            ("state", state),
             ("time_discovered_started_ns", t + 1000 if state != "scheduled" else None),
             ("time_discovered_completed_ns", t + 5000 if state == "completed" else None),
-            ("retired", state == "completed"), ("timeout_ms", 600000), ("is_p2p", False),
+            ("retired", state == "completed"),
+            ("timeout_ms", 600000),
+            ("is_p2p", False),
         ):
             p.value(k)
             p.value(v)
@@ -237,7 +275,7 @@ def dump_bytes(rank: int, ranks: int, kind: str, entries: int, issued: int, done
             tpl_parts, last = [], 0
             for n_cut, i in enumerate(cuts):
                 i -= n_cut
-                tpl_parts.append(b"".join(body[last:i - 1]))
+                tpl_parts.append(b"".join(body[last : i - 1]))
                 last = i
             tpl_parts.append(b"".join(body[last:]))
             templates[(site, state)] = tpl_parts
@@ -245,8 +283,14 @@ def dump_bytes(rank: int, ranks: int, kind: str, entries: int, issued: int, done
     return p.finish()
 
 
-INT_FIELDS = ("record_id", "collective_seq_id", "op_id", "time_created_ns", "time_discovered_started_ns",
-              "time_discovered_completed_ns")
+INT_FIELDS = (
+    "record_id",
+    "collective_seq_id",
+    "op_id",
+    "time_created_ns",
+    "time_discovered_started_ns",
+    "time_discovered_completed_ns",
+)
 
 
 def _int(v) -> bytes:
@@ -275,23 +319,37 @@ def _write(args) -> int:
     return hi - lo
 
 
-def generate(out_dir: str, ranks: int, entries: int = 2000, kind: str = "realistic", stall: int | None = None,
-             missing: int = 3, truncated: int = 0, jobs: int = 2, seed: int = 0) -> dict:
+def generate(
+    out_dir: str,
+    ranks: int,
+    entries: int = 2000,
+    kind: str = "realistic",
+    stall: int | None = None,
+    missing: int = 3,
+    truncated: int = 0,
+    jobs: int = 2,
+    seed: int = 0,
+) -> dict:
     """Writes the dumps; returns the truth: {stalled, stall_at, missing, truncated}."""
     rng = np.random.default_rng(seed)
     total = entries + 500
     stall = int(rng.integers(ranks)) if stall is None else stall
     stall_at = total - 300 - (total - 300) % 4 + (1 if kind != "simple" else 2)  # one of its tp all-reduces
     issued, done = simulate(ranks, total, kind, stall, stall_at)
-    others = np.setdiff1d(np.arange(ranks), [stall] + ([] if kind == "simple" else list(range(stall - stall % TP, stall - stall % TP + TP))))
+    others = np.setdiff1d(
+        np.arange(ranks),
+        [stall] + ([] if kind == "simple" else list(range(stall - stall % TP, stall - stall % TP + TP))),
+    )
     gone = sorted(int(x) for x in rng.choice(others, size=missing + truncated, replace=False))
     cut = set(gone[missing:])
     issued = issued.copy()
     issued[gone[:missing]] = -1
     os.makedirs(out_dir, exist_ok=True)
     step = max(1, ranks // (jobs * 8))
-    tasks = [(out_dir, ranks, kind, entries, lo, min(ranks, lo + step), issued[lo:lo + step], done[lo:lo + step], cut)
-             for lo in range(0, ranks, step)]
+    tasks = [
+        (out_dir, ranks, kind, entries, lo, min(ranks, lo + step), issued[lo : lo + step], done[lo : lo + step], cut)
+        for lo in range(0, ranks, step)
+    ]
     with Pool(jobs) as pool:
         sum(pool.imap_unordered(_write, tasks))
     return {"stalled": stall, "stall_at": stall_at, "missing": gone[:missing], "truncated": sorted(cut)}
@@ -312,7 +370,10 @@ def main() -> None:
     truth = generate(a.out_dir, a.ranks, a.entries, a.kind, a.stall, a.missing, a.truncated, a.jobs)
     with open(os.path.join(os.path.dirname(os.path.abspath(a.out_dir)), "truth.json"), "w") as f:
         json.dump(truth, f)
-    print(f"{a.ranks} dumps x {a.entries} entries in {a.out_dir} ({time.perf_counter() - t:.1f} s): {truth}", file=sys.stderr)
+    print(
+        f"{a.ranks} dumps x {a.entries} entries in {a.out_dir} ({time.perf_counter() - t:.1f} s): {truth}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -34,12 +34,13 @@ def _load(path: str, **options):
     from analyzer.loader import LoadError, load
 
     fr = options.get("fr")
-    if fr is not None and fr.ray is not None:  # dumps read where they are: a Ray cluster
-        from analyzer.sources.flight_recorder import on_ray
-
-        load = on_ray.load_path  # noqa: F811
     try:
-        t = load(path, **options)
+        if fr is not None and fr.ray is not None:  # dumps read where they are: a Ray cluster
+            from analyzer.sources.flight_recorder import on_ray
+
+            t = on_ray.load_path(path, fr)
+        else:
+            t = load(path, **options)
     except LoadError as e:
         _fail(str(e))
     if t.n_events == 0:

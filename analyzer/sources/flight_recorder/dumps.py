@@ -39,8 +39,8 @@ from analyzer.sources.flight_recorder import window
 from analyzer.sources.flight_recorder.groups import build_groups
 from analyzer.sources.flight_recorder.options import ReadOptions
 from analyzer.sources.flight_recorder.rank import RankDump, read_rank
-from analyzer.sources.flight_recorder.window import Summary
 from analyzer.sources.flight_recorder.read import dump_files
+from analyzer.sources.flight_recorder.window import Summary
 from traceformat import format as fmt
 from traceformat.workers import chunksize, cpu_count, pool
 
@@ -107,7 +107,7 @@ def _load(path: str, options: ReadOptions) -> Trace:
     notes: list[str] = []
     for d, summary in _read_all(files, options.jobs):
         if accept(d, dumps, notes, single=len(files) == 1):
-            summaries[d.rank] = summary  # type: ignore[index]
+            summaries[d.rank] = summary
     return assemble(path, dumps, summaries, notes, kind_of(files), options)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 
-
 def _name_order(name: str):
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
@@ -26,10 +25,16 @@ def build_groups(used: dict[int, list[int]], configs: dict[int, list], pgs: dict
     notes: list[str] = []
     key_of = {i: k for k, i in pgs.items()}  # pg key id -> (name, desc)
     configured: dict[tuple, str] = {}  # (name, members) -> desc
+    # every rank's pg_config repeats the same member tuples (the world's: 16k ranks long, the
+    # same object where one process parsed them): hash each object once, not once per rank
+    seen_objects: set[tuple[str, int]] = set()
     for listed in configs.values():
         for name, desc, members in listed:
-            configured.setdefault((name, members), desc)
+            if (name, id(members)) not in seen_objects:
+                seen_objects.add((name, id(members)))
+                configured.setdefault((name, members), desc)
     cfg = sorted(configured, key=lambda k: (_name_order(k[0]), k[1]))
+    member_sets = {k: frozenset(k[1]) for k in cfg}
     gid_cfg = {k: i for i, k in enumerate(cfg)}
     by_name: dict[str, list[tuple]] = defaultdict(list)
     for k in cfg:
@@ -39,7 +44,7 @@ def build_groups(used: dict[int, list[int]], configs: dict[int, list], pgs: dict
     for rank, keys in used.items():
         for pk in keys:
             name = key_of[pk][0]
-            own = [k for k in by_name.get(name, ()) if rank in k[1]]
+            own = [k for k in by_name.get(name, ()) if rank in member_sets[k]]
             if own:
                 gid_of[rank][pk] = gid_cfg[own[0]]
             else:

@@ -76,7 +76,7 @@ def listing(path: str) -> list[str]:
     decided where they are read."""
     if os.path.isfile(path):
         return [path]
-    out = []
+    out: list[str] = []
     for root, dirs, files in os.walk(path):
         dirs.sort()
         out.extend(os.path.join(root, f) for f in sorted(files))

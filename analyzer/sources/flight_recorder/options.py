@@ -13,7 +13,8 @@ class ReadOptions:
     """Keep only each group's frontier and `context` instances of history before it (what a hang
     verdict needs: window.py); False keeps every rank's whole history (check, summary)."""
     context: int = CONTEXT
-    """Instances of history kept before each group's frontier."""
+    """Instances of history kept before each group's frontier (at least 1: each rank's last op
+    on each of its groups)."""
     jobs: int | None = None
     """Processes decoding dumps (on Ray: tasks at once); None: every CPU this process may use."""
     ray: str | None = None

@@ -21,7 +21,6 @@ from analyzer.sources.flight_recorder import scanned
 from analyzer.sources.flight_recorder.blocks import RankDump, coalesced_blocks, gloo_done
 from analyzer.sources.flight_recorder.read import rank_of, read_dump
 
-
 FIELDS = (
     "profiling_name",
     "frames",

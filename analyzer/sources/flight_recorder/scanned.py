@@ -153,6 +153,7 @@ def decode(out: RankDump, s: Scanned) -> RankDump | None:
         state_ids = np.where(done, len(states) - 1, state_ids)
     out.states, state_col = _intern(states, state_ids)
     seq = cols[seq_key]
+    assert seq is not None  # checked above
     out.cols = {
         "site": site,
         "pg": out.cols["pg"],
@@ -202,7 +203,9 @@ def _groups(out: RankDump, s: Scanned, pg_ids: np.ndarray | None) -> bool:
         keys += [(str(p), "undefined") for p in pgs]
         ids = np.where(bad, len(table) + np.searchsorted(pgs, fallback).astype(np.int32), ids)
     out.pgs, out.cols["pg"] = _intern(keys, ids)
-    return all(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], str) and isinstance(k[1], str) for k in out.pgs)
+    return all(
+        isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], str) and isinstance(k[1], str) for k in out.pgs
+    )
 
 
 def _dtypes(out: RankDump, s: Scanned) -> np.ndarray:

@@ -30,7 +30,7 @@ from analyzer.sources.flight_recorder import conventions as conv
 from analyzer.sources.flight_recorder.blocks import RankDump
 from traceformat.ops import GATHER_OPS, UNEVEN_OPS
 
-CONTEXT = 32  # instances of history kept before each group's frontier
+CONTEXT = 8  # instances of history kept before each group's frontier
 GATHERS = frozenset(GATHER_OPS - UNEVEN_OPS)  # an uneven gather's sizes show no group size
 P2P_OPS = ("send", "recv")
 
@@ -148,6 +148,7 @@ def plan(summaries: list[Summary], groups: dict, gid_of: dict, context: int = CO
     (groups.build_groups: gid -> group, rank -> {global pg key id: gid}), with `gid_of` keyed
     by each Summary's local pg ids here (resolve_local)."""
     big = np.iinfo(np.int64).max
+    context = max(1, context)  # at least each rank's last op on each group (newest >= D - 1)
     dumped = {s.rank for s in summaries}
     horizon: dict[int, int] = defaultdict(lambda: -big)
     newest: dict[int, int] = {}
