@@ -216,3 +216,17 @@ def test_cli_hang_jobs_and_full_history(hang_dir, tmp_path):
         [sys.executable, "-m", "analyzer", "hang", str(folder), "-j", "0"], capture_output=True, text=True
     )
     assert p.returncode == 2 and p.stderr.startswith("error: -j 0") and "Traceback" not in p.stderr
+
+
+def test_a_dump_cut_short_anywhere_is_skipped_and_named(hang_dir, tmp_path):
+    """A rank killed while writing its dump: whatever length is left, the file is skipped with a
+    note (never refused as unsafe, never a traceback) and the rank counts as missing."""
+    folder, _ = hang_dir
+    data = (folder / "nccl_trace_rank_0").read_bytes()
+    for cut in (3, 100, len(data) // 3, len(data) - 1):
+        (tmp_path / "nccl_trace_rank_0").write_bytes(data[:cut])
+        (tmp_path / "nccl_trace_rank_1").write_bytes((folder / "nccl_trace_rank_1").read_bytes())
+        if scanned.available():
+            assert scanned.scan(data[:cut]) is None
+        t = load(tmp_path)
+        assert t.ranks == [1] and any(n.startswith("skipped nccl_trace_rank_0") for n in t.notes), t.notes

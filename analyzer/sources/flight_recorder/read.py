@@ -33,6 +33,10 @@ _TRAILING_NUMBER = re.compile(r"(\d+)$")
 _SNIFF = 4096
 
 
+class Refused(pickle.UnpicklingError):
+    """A pickle that would resolve a global or a persistent id: never loaded."""
+
+
 class SafeUnpickler(pickle.Unpickler):
     """Unpickles builtin data only: any other global (os.system, builtins.eval, a class) is
     refused, so no code in the pickle ever runs."""
@@ -40,10 +44,10 @@ class SafeUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in SAFE_GLOBALS:
             return getattr(builtins, name)
-        raise pickle.UnpicklingError(f"refused global {module}.{name}")
+        raise Refused(f"refused global {module}.{name}")
 
     def persistent_load(self, pid):
-        raise pickle.UnpicklingError("refused persistent id")
+        raise Refused("refused persistent id")
 
 
 def sniff(path: str) -> str | None:
@@ -121,10 +125,12 @@ def read_dump(path: str, kind: str, data: bytes | None = None) -> dict:
         else:
             with open(path, "rb") as f:
                 dump = json.load(f)
-    except pickle.UnpicklingError as e:
+    except Refused as e:
         raise LoadError(
             f"{name}: refused to load this pickle ({e}): a Flight Recorder dump holds only builtin data"
         ) from None
+    except pickle.UnpicklingError as e:  # cut short (a rank killed while writing), or garbage
+        raise LoadError(f"{name}: not a readable Flight Recorder dump ({e})") from None
     except (
         OSError,
         ValueError,
