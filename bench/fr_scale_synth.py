@@ -21,6 +21,7 @@ written to OUT_DIR/../truth.json; torch-free.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import struct
@@ -120,6 +121,12 @@ class FRPickler:
         return b"".join(self.out)
 
 
+@functools.lru_cache(maxsize=2)
+def _world_text(ranks: int) -> str:
+    """pg_config's member list of the world group, as FR writes it (str of a list)."""
+    return str(list(range(ranks)))
+
+
 def layout(ranks: int, kind: str) -> tuple[list, np.ndarray]:
     """(pattern, group index of every rank per group kind: [3, ranks])."""
     r = np.arange(ranks)
@@ -165,7 +172,7 @@ def dump_bytes(rank: int, ranks: int, kind: str, entries: int, issued: int, done
     groups = [("0", "default_pg", 0)]
     if kind != "simple":
         groups += [(str(1 + int(gidx[1][rank])), "mesh_tp", 1), (str(1 + dp + int(gidx[2][rank])), "mesh_dp", 2)]
-    config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(ranks)))}}
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": _world_text(ranks)}}
     if kind != "simple":
         t, d = int(gidx[1][rank]), int(gidx[2][rank])
         config[groups[1][0]] = {
