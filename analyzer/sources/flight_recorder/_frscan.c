@@ -79,8 +79,10 @@ typedef struct {
     Py_ssize_t arena_len, arena_cap;
     PyObject *rec;          /* while building a cached value: the objects it memoises */
     int in_span;
-    Py_ssize_t *slots, *nslot, *pslot;
+    Py_ssize_t *slots, *nslot, *pslot, *gslot;
     Py_ssize_t slot_cap;
+    Py_ssize_t *gets; /* memo references of the entry being read, in order (checked if skipped) */
+    Py_ssize_t get_cap;
     unsigned char *norm;
     Py_ssize_t norm_cap;
     Py_ssize_t *puts;
@@ -163,7 +165,9 @@ static Py_ssize_t oplen(const unsigned char *p, const unsigned char *end) {
 static void cache_clear(VM *vm);
 
 static int memo_put(VM *vm, Py_ssize_t idx, PyObject *o) {
-    if (idx < 0 || idx >= MEMO_LIMIT) return -1;
+    /* a stream memoises at most one object per byte: a larger index is no dump (and a few
+       bytes must not make us allocate gigabytes) */
+    if (idx < 0 || idx >= MEMO_LIMIT || idx > vm->len) return -1;
     if (idx >= vm->memo_cap) {
         Py_ssize_t old = vm->memo_cap;
         if (grow((void **)&vm->memo, &vm->memo_cap, idx + 1, sizeof(PyObject *)) < 0) return -1;
@@ -458,6 +462,7 @@ static Py_ssize_t run(VM *vm, Py_ssize_t pos, Py_ssize_t end, int *stopped) {
                 PyObject *k = vm->stack[i], *v = vm->stack[i + 1];
                 if (IS_ENTRY(k) || IS_ENTRY(v)) return -1;
                 if (IS_ENTRY(t)) {
+                    if (!PyUnicode_Check(k)) return -1;
                     Py_ssize_t col = column_of(vm, k);
                     if (col == -2 || (col >= 0 && set_value(vm, ((Entry *)t)->index, col, v) < 0)) return -1;
                 } else if (!PyDict_Check(t) || PyDict_SetItem(t, k, v) < 0) return -1;
@@ -615,11 +620,12 @@ static int plain_int(VM *vm, Py_ssize_t start, Py_ssize_t end, int64_t *v, int *
 }
 
 static int slot_room(VM *vm, Py_ssize_t items) {
-    Py_ssize_t a = vm->slot_cap, b = vm->slot_cap, c = vm->slot_cap;
+    Py_ssize_t a = vm->slot_cap, b = vm->slot_cap, c = vm->slot_cap, d = vm->slot_cap;
     if (items + 2 <= vm->slot_cap) return 0;
     if (grow((void **)&vm->slots, &a, items + 2, sizeof(Py_ssize_t)) < 0 ||
         grow((void **)&vm->nslot, &b, items + 2, sizeof(Py_ssize_t)) < 0 ||
-        grow((void **)&vm->pslot, &c, items + 2, sizeof(Py_ssize_t)) < 0)
+        grow((void **)&vm->pslot, &c, items + 2, sizeof(Py_ssize_t)) < 0 ||
+        grow((void **)&vm->gslot, &d, items + 2, sizeof(Py_ssize_t)) < 0)
         return -1;
     vm->slot_cap = a;
     return 0;
@@ -633,7 +639,7 @@ static int slot_room(VM *vm, Py_ssize_t items) {
    give up. */
 static Py_ssize_t fast_entry(VM *vm, Py_ssize_t start, Py_ssize_t end, Py_ssize_t row) {
     const unsigned char *buf = vm->buf;
-    Py_ssize_t pos = start, items = 0, depth = 0, close = -1, saved = 0, nn = 0, np = 0;
+    Py_ssize_t pos = start, items = 0, depth = 0, close = -1, saved = 0, nn = 0, np = 0, ng = 0;
     if (grow((void **)&vm->norm, &vm->norm_cap, 1024, 1) < 0) return -1;
     while (pos < end) {
         const unsigned char *p = buf + pos;
@@ -649,6 +655,7 @@ static Py_ssize_t fast_entry(VM *vm, Py_ssize_t start, Py_ssize_t end, Py_ssize_
                 vm->slots[items] = pos; /* where a TUPLE / LIST / DICT would start */
                 vm->nslot[items] = nn;
                 vm->pslot[items] = np;
+                vm->gslot[items] = ng;
             }
             depth++;
             break;
@@ -681,7 +688,12 @@ static Py_ssize_t fast_entry(VM *vm, Py_ssize_t start, Py_ssize_t end, Py_ssize_
                 vm->slots[items] = pos;
                 vm->nslot[items] = nn;
                 vm->pslot[items] = np;
+                vm->gslot[items] = ng;
                 items++;
+            }
+            if (*p == 'h' || *p == 'j') {
+                if (grow((void **)&vm->gets, &vm->get_cap, ng + 1, sizeof(Py_ssize_t)) < 0) return -1;
+                vm->gets[ng++] = *p == 'h' ? p[1] : le_size(p + 1, 4);
             }
         }
         if (is_put) {
@@ -698,9 +710,11 @@ static Py_ssize_t fast_entry(VM *vm, Py_ssize_t start, Py_ssize_t end, Py_ssize_
     vm->slots[items] = close;
     vm->nslot[items] = nn;
     vm->pslot[items] = np;
+    vm->gslot[items] = ng;
     for (Py_ssize_t i = 0; i < items; i += 2) {
         PyObject *key = build_slot(vm, i);
         if (!key) return -1;
+        if (!PyUnicode_Check(key)) { Py_DECREF(key); return -1; } /* FR's keys are str */
         Py_ssize_t col = column_of(vm, key);
         Py_DECREF(key);
         if (col == -2) return -1;
@@ -711,7 +725,11 @@ static Py_ssize_t fast_entry(VM *vm, Py_ssize_t start, Py_ssize_t end, Py_ssize_
             set_int(vm, col, row, v, flag);
             continue;
         }
-        if (col < 0 && vm->pslot[i + 2] == vm->pslot[i + 1]) continue; /* not asked for, memoises nothing */
+        if (col < 0 && vm->pslot[i + 2] == vm->pslot[i + 1]) { /* not asked for, memoises nothing: */
+            for (Py_ssize_t g = vm->gslot[i + 1]; g < vm->gslot[i + 2]; g++) /* skipped, if sound */
+                if (!memo_get(vm, vm->gets[g])) return -1;
+            continue;
+        }
         PyObject *val = build_slot(vm, i + 1);
         int bad = !val || (col >= 0 && set_value(vm, row, col, val) < 0);
         Py_XDECREF(val);
@@ -736,7 +754,8 @@ static void vm_free(VM *vm) {
     PyMem_Free(vm->stack); PyMem_Free(vm->marks); PyMem_Free(vm->memo);
     cache_clear(vm);
     PyMem_Free(vm->cslots); PyMem_Free(vm->arena);
-    PyMem_Free(vm->slots); PyMem_Free(vm->nslot); PyMem_Free(vm->pslot);
+    PyMem_Free(vm->slots); PyMem_Free(vm->nslot); PyMem_Free(vm->pslot); PyMem_Free(vm->gslot);
+    PyMem_Free(vm->gets);
     PyMem_Free(vm->norm); PyMem_Free(vm->puts);
     Py_XDECREF(vm->keymap); Py_XDECREF(vm->rec);
 }
