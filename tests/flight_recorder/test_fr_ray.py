@@ -24,7 +24,14 @@ WORKERS = 3
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    for attempt in range(3):  # Ray gives its raylet 30 s to register: a loaded machine may need a retry
+        try:
+            ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            break
+        except Exception as e:  # ray raises a bare Exception for "timed out during startup"
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(e):
+                raise
     yield
     ray.shutdown()
 
