@@ -110,3 +110,16 @@ def gloo_done(pg_ids: np.ndarray, op_ids: np.ndarray, pg_status, gloo: np.ndarra
             continue
         done |= (pg_ids == pg) & (op_ids <= last) & (op_ids >= 0)
     return done & gloo
+
+
+def dense_unique(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(key, return_inverse=True) for keys in [0, bound): a count and a lookup table
+    instead of a sort, when the bound is small (table ids: a few per dump)."""
+    if bound > 4 * len(key) + 1024:
+        values, inverse = np.unique(key, return_inverse=True)
+        return values, inverse.reshape(-1)
+    present = np.bincount(key, minlength=bound) > 0
+    values = np.flatnonzero(present)
+    lut = np.zeros(bound, dtype=np.int64)
+    lut[values] = np.arange(len(values))
+    return values, lut[key]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzer.sources.flight_recorder import conventions as conv
-from analyzer.sources.flight_recorder.blocks import RankDump, coalesced_blocks, gloo_done
+from analyzer.sources.flight_recorder.blocks import RankDump, coalesced_blocks, dense_unique, gloo_done
 
 try:
     from analyzer.sources.flight_recorder import _frscan  # type: ignore[attr-defined]
@@ -81,7 +81,7 @@ def scan(data) -> Scanned | None:
 def _intern(keys: list, ids: np.ndarray) -> tuple[list, np.ndarray]:
     """(distinct keys the entries use, sorted by repr; per entry the index of its key): `keys[i]`
     is the key of table id i, as rank._intern gives for the same values."""
-    used = np.unique(ids).tolist()
+    used = dense_unique(ids % max(len(keys), 1), max(len(keys), 1))[0].tolist()  # -1: the last key
     distinct = sorted({keys[i] for i in used}, key=repr)
     order = {v: i for i, v in enumerate(distinct)}
     lut = np.zeros(max(len(keys), 1), dtype=np.int32)
@@ -178,7 +178,7 @@ def _sites(out: RankDump, s: Scanned) -> None:
     """Call sites (op, user frame, peer, backend): resolved once per distinct (name, frames)."""
     names, frames = s.tables["profiling_name"], s.tables["frames"]
     key = s.ids["profiling_name"].astype(np.int64) * (len(frames) + 1) + (s.ids["frames"] + 1)
-    pairs, inverse = np.unique(key, return_inverse=True)
+    pairs, inverse = dense_unique(key, len(names) * (len(frames) + 1))
     resolved = []
     for k in pairs.tolist():
         name, f = names[k // (len(frames) + 1)], k % (len(frames) + 1) - 1
@@ -187,7 +187,7 @@ def _sites(out: RankDump, s: Scanned) -> None:
         resolved.append((conv.program_op(backend, backend_op, api), user, peer, backend))
     out.sites = sorted(set(resolved), key=repr)
     order = {v: i for i, v in enumerate(out.sites)}
-    out.cols["site"] = np.array([order[v] for v in resolved] + [0], dtype=np.int32)[inverse.reshape(-1)]
+    out.cols["site"] = np.array([order[v] for v in resolved] + [0], dtype=np.int32)[inverse]
 
 
 def _groups(out: RankDump, s: Scanned, pg_ids: np.ndarray | None) -> bool:
@@ -212,11 +212,11 @@ def _dtypes(out: RankDump, s: Scanned) -> np.ndarray:
     """Per entry its dtype text ('bfloat16', 'float32->bfloat16'), once per distinct pair."""
     ins, outs = s.tables["input_dtypes"], s.tables["output_dtypes"]
     key = (s.ids["input_dtypes"].astype(np.int64) + 1) * (len(outs) + 1) + (s.ids["output_dtypes"] + 1)
-    pairs, inverse = np.unique(key, return_inverse=True)
+    pairs, inverse = dense_unique(key, (len(ins) + 1) * (len(outs) + 1))
     canon = []
     for k in pairs.tolist():
         i, o = k // (len(outs) + 1) - 1, k % (len(outs) + 1) - 1
         canon.append((tuple(ins[i]) if i >= 0 else (), tuple(outs[o]) if o >= 0 else ()))
-    distinct, pair_ids = _intern(canon, inverse.reshape(-1))
+    distinct, pair_ids = _intern(canon, inverse)
     out.dtypes = [conv.dtype_pair(i, o) for i, o in distinct]
     return pair_ids

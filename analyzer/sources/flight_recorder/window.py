@@ -84,29 +84,30 @@ def summarize(d: RankDump) -> Summary:
     s.n = len(c["site"])
     completed = np.array([x == "completed" for x in d.states] + [False], dtype=bool)[c["state"]]
     coll = c["p2p_op"] < 0
-    if coll.any():
-        pg, seq = c["pg"][coll].astype(np.int64), c["seq"][coll]
-        open_seq = np.where(completed[coll], np.iinfo(np.int64).max, seq)
-        pgs = np.unique(pg)
-        lo = np.full(len(pgs), np.iinfo(np.int64).max)
-        hi = np.full(len(pgs), np.iinfo(np.int64).min)
-        fo = np.full(len(pgs), np.iinfo(np.int64).max)
-        at = np.searchsorted(pgs, pg)
-        np.minimum.at(lo, at, seq)
-        np.maximum.at(hi, at, seq)
-        np.minimum.at(fo, at, open_seq)
-        fo = np.where(fo == np.iinfo(np.int64).max, hi + 1, fo)
-        s.coll = np.stack([pgs, lo, hi, fo], axis=1)
+    rows = []
+    for pg in np.unique(c["pg"][coll]).tolist() if coll.any() else []:  # a few groups per rank
+        mine = coll & (c["pg"] == pg)
+        seq = c["seq"][mine]
+        open_ = seq[~completed[mine]]
+        hi = int(seq.max())
+        rows.append((pg, int(seq.min()), hi, int(open_.min()) if len(open_) else hi + 1))
+    if rows:
+        s.coll = np.array(rows, dtype=np.int64)
     p2p = c["p2p_op"] >= 0
-    if p2p.any():
-        key = np.stack([c["pg"][p2p].astype(np.int64), c["p2p_op"][p2p], c["p2p_peer"][p2p]], axis=1)
-        rows, at = np.unique(key, axis=0, return_inverse=True)
+    if p2p.any():  # per (pg, op, peer) direction: how many, the first not completed
+        key = (
+            (c["pg"][p2p].astype(np.int64) << 34) | (c["p2p_op"][p2p].astype(np.int64) << 32) | (c["p2p_peer"][p2p] + 1)
+        )
+        keys, at = np.unique(key, return_inverse=True)
         at = at.reshape(-1)
-        n = np.bincount(at, minlength=len(rows))
-        fo = np.full(len(rows), np.iinfo(np.int64).max)
-        np.minimum.at(fo, at, np.where(completed[p2p], np.iinfo(np.int64).max, c["p2p_num"][p2p]))
-        fo = np.where(fo == np.iinfo(np.int64).max, n, fo)
-        s.p2p = np.concatenate([rows, n[:, None], fo[:, None]], axis=1)
+        n = np.bincount(at, minlength=len(keys))
+        big = np.iinfo(np.int64).max
+        open_num = np.where(completed[p2p], big, c["p2p_num"][p2p])
+        order = np.lexsort((open_num, at))
+        first = np.r_[0, np.flatnonzero(np.diff(at[order])) + 1]
+        fo = open_num[order][first]
+        fo = np.where(fo == big, n, fo)
+        s.p2p = np.stack([keys >> 34, (keys >> 32) & 3, (keys & 0xFFFFFFFF) - 1, n, fo], axis=1)
     s.hints = size_hints(d)
     return s
 
@@ -119,8 +120,14 @@ def size_hints(d: RankDump) -> dict[int, int]:
     out: dict[int, int] = defaultdict(int)
     if not wanted.any():
         return out
-    rows = np.unique(np.stack([c["site"], c["pg"], c["in_shapes"], c["out_shapes"]], axis=1)[wanted], axis=0)
-    for site, pg, i, o in rows.tolist():
+    key = np.stack([c["site"], c["pg"], c["in_shapes"], c["out_shapes"]], axis=1)[wanted].astype(np.int64)
+    packed = (key[:, 0] << 48) | (key[:, 1] << 32) | ((key[:, 2] + 1) << 16) | (key[:, 3] + 1)  # ids < 2**15
+    if int(key.max(initial=0)) >= 2**15:
+        distinct = np.unique(key, axis=0).tolist()
+    else:
+        u = np.unique(packed)
+        distinct = np.stack([u >> 48, (u >> 32) & 0xFFFF, ((u >> 16) & 0xFFFF) - 1, (u & 0xFFFF) - 1], axis=1).tolist()
+    for site, pg, i, o in distinct:
         ins = d.shapes[i] if i >= 0 else ()
         outs = d.shapes[o] if o >= 0 else ()
         if d.sites[site][0] == "all_to_all":
