@@ -41,6 +41,7 @@ from analyzer.sources.flight_recorder.options import ReadOptions
 from analyzer.sources.flight_recorder.rank import RankDump, read_rank
 from analyzer.sources.flight_recorder.read import dump_files
 from analyzer.sources.flight_recorder.window import Summary
+from traceformat import codec
 from traceformat import format as fmt
 from traceformat.workers import chunksize, cpu_count, pool
 
@@ -302,16 +303,23 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
         [conv.ITEMSIZE.get(v.split("->")[0], 0) if isinstance(v, str) else 0 for v in atoms.values] + [0],
         dtype=np.int64,
     )
-    columns = {}
-    for rank, c in sorted(ranks.items()):
-        n = len(c["op"])
-        row = {name: np.full(n, v, dtype=dt) for (name, dt), v in zip(fmt.COLUMNS, fmt.default_row())}
-        for name in ("op", "group", "seq", "peer", "dtype", "in_shapes", "out_shapes", "frame"):
-            row[name] = c[name].astype(row[name].dtype)
-        row["in_bytes"] = numel[c["in_shapes"]] * itemsize[c["dtype"]]
-        row["out_bytes"] = numel[c["out_shapes"]] * itemsize[c["dtype"]]
-        row["ts"] = (c["ts_ns"] - t0) / 1e9
-        columns[rank] = row
+    order = sorted(ranks)
+    counts = np.array([len(ranks[r]["op"]) for r in order], dtype=np.int64)
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([ranks[r][name] for r in order]) if order else np.zeros(0, dtype=np.int64)
+
+    # every rank's columns at once (thousands of ranks of a few dozen entries each: per-rank
+    # numpy calls would cost more than the entries), split into ranks by split_ranks
+    total = int(counts.sum())
+    row = {name: np.full(total, v, dtype=dt) for (name, dt), v in zip(fmt.COLUMNS, fmt.default_row())}
+    for name in ("op", "group", "seq", "peer", "dtype", "in_shapes", "out_shapes", "frame"):
+        row[name] = cat(name).astype(row[name].dtype)
+    in_shapes, out_shapes, dtype = cat("in_shapes"), cat("out_shapes"), cat("dtype")
+    row["in_bytes"] = numel[in_shapes] * itemsize[dtype]
+    row["out_bytes"] = numel[out_shapes] * itemsize[dtype]
+    row["ts"] = (cat("ts_ns") - t0) / 1e9
+    columns = split_ranks(row, order, counts)
     data = fmt.TraceData(
         header=header,
         atoms=atoms.values,
@@ -324,9 +332,53 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
         f"Flight Recorder dumps ({kind}, FR version {', '.join(sorted(versions))}) of "
         f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
     ] + notes
-    order = sorted(ranks)
     state = np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else []
     extra: dict[str, Any] = {"state": state}
     for name in ("record_id", "fr_seq", "fr_p2p_seq"):
         extra[name] = np.concatenate([ranks[r][name] for r in order]) if order else []
     return from_data(data, notes, extra)
+
+
+def split_ranks(row: dict, order: list[int], counts: np.ndarray) -> dict[int, codec.RankColumns]:
+    """Every rank's events (`row`: the format's COLUMNS, ranks in `order` one after the other,
+    `counts` events each) as each rank's pattern table and stream: what codec.split makes rank by
+    rank, made at once. Patterns are numbered per rank in the order of their column values, so
+    with the rank as the most significant part of one joint key every rank's patterns come out
+    contiguous and numbered as codec.split numbers them."""
+    total = int(counts.sum())
+    starts = np.r_[0, np.cumsum(counts)][:-1]
+    which = np.repeat(np.arange(len(order), dtype=np.int64), counts)
+    idx = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)  # event index within its rank
+    names = tuple(name for name, _ in fmt.COLUMNS)
+    dt = dict(fmt.COLUMNS)
+    pattern_cols = {}
+    for name in names:
+        if name in codec.STREAM_COLUMNS:
+            continue
+        col = np.asarray(row[name]).astype(np.int64)
+        pattern_cols[name] = codec.events_back(idx, col) if name in codec.BACK_COLUMNS else col
+    key, span = which, max(len(order), 1)
+    for col in pattern_cols.values():
+        if total == 0 or col.min() == col.max():
+            continue
+        uniq, inv = np.unique(col, return_inverse=True)
+        if span * len(uniq) >= 1 << 62:  # keep the joint key in int64: re-factorise it (order kept)
+            uniq_key, key = np.unique(key, return_inverse=True)
+            key, span = key.reshape(-1), len(uniq_key)
+        key = key * len(uniq) + inv.reshape(-1)
+        span *= len(uniq)
+    _, first, code = np.unique(key, return_index=True, return_inverse=True)
+    code = code.reshape(-1)
+    per_rank = np.bincount(which[first], minlength=len(order))
+    code_at = np.r_[0, np.cumsum(per_rank)]
+    patterns = {name: col[first].astype(dt[name]) for name, col in pattern_cols.items()}
+    local = (code - code_at[which]).astype(np.int32)
+    stream_cols = {name: np.asarray(row[name], dtype=dt[name]) for name in codec.STREAM_COLUMNS}
+    out = {}
+    for i, rank in enumerate(order):
+        a, b = int(starts[i]), int(starts[i] + counts[i])
+        k0, k1 = int(code_at[i]), int(code_at[i + 1])
+        stream = {"code": local[a:b]}
+        stream.update({name: v[a:b] for name, v in stream_cols.items()})
+        out[rank] = codec.RankColumns({n: v[k0:k1] for n, v in patterns.items()}, stream, names)
+    return out
