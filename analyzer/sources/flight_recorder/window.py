@@ -168,6 +168,8 @@ def plan(summaries: list[Summary], groups: dict, gid_of: dict, context: int = CO
         table = gid_of[s.rank]
         for pg, lo, hi, fo in s.coll.tolist():
             gid = table.get(pg, -1)
+            if gid < 0:  # a group no pg_config or entry resolves: kept whole (start stays -big)
+                continue
             horizon[gid] = max(horizon[gid], lo)
             newest[gid] = min(newest.get(gid, big), hi + 1)
             first_open[gid] = max(first_open[gid], fo)
