@@ -82,7 +82,8 @@ def versus_unpickle(work: str, row, sizes: list[int], reuse: str | None = None) 
         fast = r.wall <= t_pickle / 2
         in_time = r.wall <= 60 * n / 16384  # 60 s at 16,384: the same rate below
         row(
-            f"analyzer hang on {n:,} FR dumps x 2,000 entries (dp x tp, 1 stalled, 3 missing, 1 cut short)",
+            f"analyzer hang on {n:,} FR dumps x 2,000 entries (dp x tp, 1 stalled, {len(truth['missing'])} missing, "
+            f"{len(truth['truncated'])} cut short)",
             f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB, {n / r.wall / cores:.0f} dumps/s/core "
             f"({t_pickle / r.wall:.1f}x faster than unpickling them)",
             f"<= {60 * n / 16384:.0f} s, <= 12 GiB, <= plain unpickle / 2 ({t_pickle / 2:.1f} s), verdict right",
