@@ -214,6 +214,26 @@ def flight_recorder(work: str, quick: bool) -> None:
     fr_rows.rows(work, row, quick)
 
 
+def flight_recorder_scale(work: str, quick: bool) -> None:
+    """Issue 39: hang at 4k / 16k ranks vs a plain unpickle, and at 1,024 ranks vs fr_trace."""
+    import fr_scale_rows
+
+    fr_scale_rows.versus_unpickle(work, row, [256, 1024] if quick else [4096, 16384])
+    fr_scale_rows.versus_fr_trace(work, row, quick)
+
+
+def flight_recorder_ray(quick: bool) -> None:
+    """Issue 39: a 100k-rank hang (simulated dumps) decoded and reduced on Ray workers."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        row("hang on 100,000 simulated FR dumps on Ray", "skipped: ray not installed", "driver <= 2 GiB", "", False)
+        return
+    import fr_ray_rows
+
+    fr_ray_rows.rows(row, 6_250 if quick else 100_000)
+
+
 def ray_executor(work: str) -> None:
     try:
         import ray  # noqa: F401
@@ -295,6 +315,8 @@ def steps(work: str, quick: bool) -> dict:
         "pp-hang": lambda: pipeline_rows.hang(work, row, quick),
         "startup": startup,
         "fr": lambda: flight_recorder(work, quick),
+        "fr-scale": lambda: flight_recorder_scale(work, quick),
+        "fr-ray": lambda: flight_recorder_ray(quick),
         "ray": lambda: ray_executor(work),
         "torchtitan": lambda: torchtitan(work),
         "tt-70b": lambda: torchtitan_preset(work, quick, "tt-70b"),

@@ -27,13 +27,20 @@ def _render(json_out: bool, name: str, *args) -> None:
         getattr(console, name)(Console(), *args)
 
 
-def _load(path: str):
+def _load(path: str, **options):
     """The trace at `path`; exit 2 with one line when it cannot be read or holds no event at all
-    (an empty recording is bad input, not a clean run)."""
+    (an empty recording is bad input, not a clean run). `options` go to the source (fr: how
+    Flight Recorder dumps are read)."""
     from analyzer.loader import LoadError, load
 
+    fr = options.get("fr")
     try:
-        t = load(path)
+        if fr is not None and fr.ray is not None:  # dumps read where they are: a Ray cluster
+            from analyzer.sources.flight_recorder import on_ray
+
+            t = on_ray.load_path(path, fr)
+        else:
+            t = load(path, **options)
     except LoadError as e:
         _fail(str(e))
     if t.n_events == 0:
@@ -68,3 +75,12 @@ def _write(path: str, mode: str = "w", what: str = "-o"):
             yield f
     except OSError as e:
         _fail(str(cannot_write(path, e, what)))
+
+
+def fr_options(jobs: int | None, ray: str | None, frontier: bool = False):
+    """How Flight Recorder dumps are read (other inputs ignore it); exit 2 on a bad -j."""
+    from analyzer.sources.flight_recorder.options import ReadOptions
+
+    if jobs is not None and jobs < 1:
+        _fail(f"-j {jobs}: needs at least 1 process")
+    return ReadOptions(frontier=frontier, jobs=jobs, ray=ray)

@@ -15,6 +15,7 @@ def recognise(path: str) -> bool:
 
 
 def load(path: str, **options) -> Trace:
+    """options["fr"]: a flight_recorder.options.ReadOptions (frontier window, -j)."""
     from analyzer.sources.flight_recorder.dumps import load_dumps
 
-    return load_dumps(path)
+    return load_dumps(path, options.get("fr"))

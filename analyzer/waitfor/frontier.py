@@ -141,10 +141,16 @@ def _blocked_at(stuck: pl.DataFrame, coll: pl.DataFrame, members: dict, present:
         )
     arrived = {(g, s): set(rs) for g, s, rs in arrived_rows.group_by("group", "seq").agg(pl.col("rank")).iter_rows()}
     out = {}
+    waited: dict[tuple, list[int]] = {}  # (group, seq) -> members not arrived: the same for all in it
     for row in stuck.to_dicts():
         key = WaitKey.of(row, row["rank"])
-        got = arrived.get((row["group"], row["seq"]), set()) if key.collective else set()
-        waiting = waits_for(key, got, members, present)
+        if key.collective:
+            at = (row["group"], row["seq"])
+            if at not in waited:
+                waited[at] = waits_for(key, arrived.get(at, set()), members, present)
+            waiting = list(waited[at])
+        else:
+            waiting = waits_for(key, set(), members, present)
         if fr_state and key.collective and not waiting:
             # every member is in it and none completed it: in flight when the dumps were taken
             # (or stuck inside the backend), no rank waits on another -- not a blocking point

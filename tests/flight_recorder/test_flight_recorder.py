@@ -161,7 +161,7 @@ def test_parallel_read_matches_sequential(fr_dumps, monkeypatch):
 
     base = load(fr_dumps / "size" / "repaired").events
     monkeypatch.setattr(fr, "PARALLEL_FROM", 1)
-    monkeypatch.setattr(fr, "_workers", lambda n: 2)
+    monkeypatch.setattr(fr, "_workers", lambda n, jobs: 2)
     assert load(fr_dumps / "size" / "repaired").events.equals(base)
 
 
@@ -209,3 +209,24 @@ def test_gloo_mesh_cross_group_deadlock_dumped_after_the_timeout(fr_dumps, form)
         assert [(f.kind.name, f.culprit_ranks) for f in found] == [("deadlock_cycle", [0, 1, 2, 3])]
         cycle = found[0].cycle
         assert cycle[cycle.index(0) :] + cycle[: cycle.index(0)] == [0, 1, 3, 2]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_hang_from_the_frontier_is_the_whole_historys_verdict(fr_dumps, form):
+    """Real gloo dumps (every seeded case, raw pickle, JSON, repaired): `analyzer hang`'s default
+    reading (each group's frontier and the history just before it, issue 39) gives the verdict
+    of every rank's whole history, down to the least history it keeps."""
+    from analyzer.hang import analyze
+    from analyzer.sources.flight_recorder.options import ReadOptions
+
+    def verdict(t):
+        r = analyze(t)
+        return [(f.kind.name, f.culprit_ranks, f.message) for f in r.findings], {
+            k: (b.key, b.waits_for) for k, b in r.stuck.items()
+        }
+
+    for case in ("healthy", "size", "op", "skip", "dead", "cycle", "mesh"):
+        path = fr_dumps / case / form
+        full = verdict(load(path))
+        assert verdict(load(path, fr=ReadOptions(frontier=True))) == full, case
+        assert verdict(load(path, fr=ReadOptions(frontier=True, context=1)))[1] == full[1], case

@@ -35,9 +35,13 @@ import numpy as np
 
 from analyzer.model.trace import LoadError, Trace, from_data
 from analyzer.sources.flight_recorder import conventions as conv
+from analyzer.sources.flight_recorder import window
 from analyzer.sources.flight_recorder.groups import build_groups
+from analyzer.sources.flight_recorder.options import ReadOptions
 from analyzer.sources.flight_recorder.rank import RankDump, read_rank
 from analyzer.sources.flight_recorder.read import dump_files
+from analyzer.sources.flight_recorder.window import Summary
+from traceformat import codec
 from traceformat import format as fmt
 from traceformat.workers import chunksize, cpu_count, pool
 
@@ -58,61 +62,119 @@ class _Atoms(fmt.AtomTable):
 PARALLEL_FROM = 32  # dumps; below that a worker pool costs more than it saves
 
 
-def _workers(n_files: int) -> int:
-    """Worker processes: one per CPU (2 included: unpickling is the cost, and a worker sends
-    back ~40 bytes per entry), never fewer than 8 dumps each."""
-    return max(1, min(cpu_count(), n_files // 8))
+def _workers(n_files: int, jobs: int | None) -> int:
+    """Worker processes: `jobs`, else one per CPU (2 included: decoding is the cost, and a worker
+    sends back ~60 bytes per entry), never more than one per 8 dumps."""
+    return max(1, min(jobs or cpu_count(), n_files // 8))
 
 
-def _read_all(files: list) -> list[RankDump]:
-    """read_rank over the files, on several cores when there are many (unpickling dominates)."""
-    workers = _workers(len(files))
+def read_one(file_kind: tuple[str, str]) -> tuple[RankDump, Summary | None]:
+    """One dump decoded, its p2p numbered on the whole dump, and its Summary (a worker's job)."""
+    d = read_rank(file_kind)
+    if d.error or d.rank is None:
+        return d, None
+    window.number_p2p(d)
+    return d, window.summarize(d)
+
+
+def _read_all(files: list, jobs: int | None):
+    """read_one over the files, streamed in order, on several cores when there are many."""
+    workers = _workers(len(files), jobs)
     if len(files) < PARALLEL_FROM or workers < 2:
-        return [read_rank(f) for f in files]
+        yield from map(read_one, files)
+        return
     with pool(workers) as p:
-        return list(p.map(read_rank, files, chunksize=chunksize(len(files), workers)))
+        yield from p.map(read_one, files, chunksize=min(64, chunksize(len(files), workers)))
 
 
-def load_dumps(path: str | os.PathLike) -> Trace:
+def load_dumps(path: str | os.PathLike, options: ReadOptions | None = None) -> Trace:
     """A folder of FR dumps (or one dump file) as a Trace; dumps that are missing are noted."""
+    options = options or ReadOptions()
     enabled = gc.isenabled()
-    gc.disable()  # millions of short-lived dicts: the cyclic collector would rescan them again and again
+    gc.disable()  # millions of short-lived objects: the cyclic collector would rescan them again and again
     try:
-        return _load(os.fspath(path))
+        return _load(os.fspath(path), options)
     finally:
         if enabled:
             gc.enable()
 
 
-def _load(path: str) -> Trace:
+def _load(path: str, options: ReadOptions) -> Trace:
     files = dump_files(path)
     if not files:
         raise LoadError(f"{path}: no Flight Recorder dumps found")
-    atoms, pgs = _Atoms(), dict[tuple, int]()
-    ranks: dict[int, dict] = {}
-    configs: dict[int, list] = {}
+    dumps: dict[int, RankDump] = {}
+    summaries: dict[int, Summary] = {}
     notes: list[str] = []
-    versions = set()
-    for d in _read_all(files):
-        name = os.path.basename(d.file)
-        if d.error:
-            if len(files) == 1 or d.refused:
-                raise LoadError(d.error)
-            notes.append(f"skipped {d.error}")
-        elif d.rank is None:
-            notes.append(f"skipped {name}: no rank in the dump or its name")
-        elif d.rank in ranks:
-            notes.append(f"rank {d.rank}: more than one dump, kept the first ({name} ignored)")
-        else:
-            ranks[d.rank] = _globalize(d, atoms, pgs)
-            configs[d.rank] = d.config
-            versions.add(d.version)
-    if not ranks:
+    for d, summary in _read_all(files, options.jobs):
+        if accept(d, dumps, notes, single=len(files) == 1):
+            summaries[d.rank] = summary
+    return assemble(path, dumps, summaries, notes, kind_of(files), options)
+
+
+def accept(d: RankDump, dumps: dict, notes: list, single: bool) -> bool:
+    """Keeps a decoded dump under its rank, or notes why not (raises where a dump is refused)."""
+    name = os.path.basename(d.file)
+    if d.error:
+        if single or d.refused:
+            raise LoadError(d.error)
+        notes.append(f"skipped {d.error}")
+    elif d.rank is None:
+        notes.append(f"skipped {name}: no rank in the dump or its name")
+    elif d.rank in dumps:
+        notes.append(f"rank {d.rank}: more than one dump, kept the first ({name} ignored)")
+    else:
+        dumps[d.rank] = d
+        return True
+    return False
+
+
+def resolve(summaries: dict[int, Summary]) -> tuple:
+    """Groups of the dump set from the summaries alone: (pg key ids, groups, gid per rank and
+    global pg key id, world, notes, gid per rank and local pg id)."""
+    if not summaries:
+        raise LoadError("no readable Flight Recorder dump")
+    pgs: dict[tuple, int] = {}
+    local: dict[int, list[int]] = {}
+    hints: dict[int, int] = defaultdict(int)
+    for r, s in sorted(summaries.items()):
+        local[r] = [pgs.setdefault(k, len(pgs)) for k in s.pgs]
+        for pg, hint in s.hints.items():
+            hints[local[r][pg]] = max(hints[local[r][pg]], hint)
+    used = {r: [local[r][pg] for pg in s.used] for r, s in summaries.items()}
+    configs = {r: s.config for r, s in summaries.items()}
+    groups, gid_of, world, notes = build_groups(used, configs, pgs, hints)
+    by_local = {r: {i: gid_of[r].get(g, -1) for i, g in enumerate(local[r])} for r in summaries}
+    return pgs, groups, gid_of, world, notes, by_local
+
+
+def assemble(
+    path: str, dumps: dict, summaries: dict, notes: list, kind: str, options: ReadOptions, cut: bool = True
+) -> Trace:
+    """The Trace of the decoded dumps: each rank's whole history, or with options.frontier only
+    from each group's frontier on (window.py; cut=False: the dumps were cut where they were
+    decoded, on_ray.py)."""
+    if not dumps:
         raise LoadError(f"{path}: no readable Flight Recorder dump" + (f" ({notes[0]})" if notes else ""))
-    groups, gid_of, world, group_notes = build_groups(ranks, configs, pgs, atoms)
+    pgs, groups, gid_of, world, group_notes, by_local = resolve(summaries)
     notes.extend(group_notes)
+    if options.frontier:
+        if cut:
+            cuts = window.plan(list(summaries.values()), groups, by_local, options.context)
+            for r, d in dumps.items():
+                window.cut(d, cuts[r])
+        before = sum(s.n for s in summaries.values())
+        after = sum(len(d.cols["site"]) for d in dumps.values())
+        notes.append(
+            f"hang: read from each group's frontier on ({options.context} instances of history; "
+            f"{after:,} of {before:,} entries); `analyzer check` reads every rank's whole history"
+        )
+    atoms = _Atoms()
+    versions = {d.version for d in dumps.values()}
+    ranks = {r: _globalize(d, atoms, pgs) for r, d in sorted(dumps.items())}
+    dumps.clear()
     _finish_columns(ranks, gid_of, groups, atoms, notes)
-    return _trace(path, ranks, groups, atoms, world, versions, kind_of(files), notes)
+    return _trace(path, ranks, groups, atoms, world, versions, kind, notes)
 
 
 def _globalize(d: RankDump, atoms: _Atoms, pgs: dict) -> dict:
@@ -140,6 +202,7 @@ def _globalize(d: RankDump, atoms: _Atoms, pgs: dict) -> dict:
         "record_id": c["record_id"],
         "fr_seq": c["fr_seq"],
         "fr_p2p_seq": c["fr_p2p_seq"],
+        "p2p_num": c["p2p_num"],
     }
 
 
@@ -191,20 +254,13 @@ def _derive_outputs(c: dict, size: dict, atoms: _Atoms, cache: dict) -> None:
 
 
 def _number_p2p(c: dict, atoms: _Atoms) -> None:
-    """commtrace numbers p2p per (group, src, dst) on both sides; FR per group and rank."""
-    p2p_ids = [atoms.find(k) for k in ("send", "recv")]
-    mask = np.isin(c["op"], p2p_ids)
-    if not mask.any():
-        return
-    idx = np.flatnonzero(mask)
-    key = (c["group"][idx].astype(np.int64) << 40) | (c["op"][idx].astype(np.int64) << 20) | (c["peer"][idx] + 1)
-    order = np.argsort(key, kind="stable")
-    sk = key[order]
-    starts = np.r_[0, np.flatnonzero(sk[1:] != sk[:-1]) + 1]
-    counts = np.arange(len(sk)) - np.repeat(starts, np.diff(np.r_[starts, len(sk)]))
-    seq = c["seq"].copy()
-    seq[idx[order]] = counts
-    c["seq"] = seq
+    """commtrace numbers p2p per (group, src, dst) on both sides, FR per group and rank: the
+    numbers window.number_p2p gave each send / recv on its whole dump."""
+    mask = c["p2p_num"] >= 0
+    if mask.any():
+        seq = c["seq"].copy()
+        seq[mask] = c["p2p_num"][mask]
+        c["seq"] = seq
 
 
 def _common_start(ranks: dict, notes: list) -> None:
@@ -247,16 +303,23 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
         [conv.ITEMSIZE.get(v.split("->")[0], 0) if isinstance(v, str) else 0 for v in atoms.values] + [0],
         dtype=np.int64,
     )
-    columns = {}
-    for rank, c in sorted(ranks.items()):
-        n = len(c["op"])
-        row = {name: np.full(n, v, dtype=dt) for (name, dt), v in zip(fmt.COLUMNS, fmt.default_row())}
-        for name in ("op", "group", "seq", "peer", "dtype", "in_shapes", "out_shapes", "frame"):
-            row[name] = c[name].astype(row[name].dtype)
-        row["in_bytes"] = numel[c["in_shapes"]] * itemsize[c["dtype"]]
-        row["out_bytes"] = numel[c["out_shapes"]] * itemsize[c["dtype"]]
-        row["ts"] = (c["ts_ns"] - t0) / 1e9
-        columns[rank] = row
+    order = sorted(ranks)
+    counts = np.array([len(ranks[r]["op"]) for r in order], dtype=np.int64)
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([ranks[r][name] for r in order]) if order else np.zeros(0, dtype=np.int64)
+
+    # every rank's columns at once (thousands of ranks of a few dozen entries each: per-rank
+    # numpy calls would cost more than the entries), split into ranks by split_ranks
+    total = int(counts.sum())
+    row = {name: np.full(total, v, dtype=dt) for (name, dt), v in zip(fmt.COLUMNS, fmt.default_row())}
+    for name in ("op", "group", "seq", "peer", "dtype", "in_shapes", "out_shapes", "frame"):
+        row[name] = cat(name).astype(row[name].dtype)
+    in_shapes, out_shapes, dtype = cat("in_shapes"), cat("out_shapes"), cat("dtype")
+    row["in_bytes"] = numel[in_shapes] * itemsize[dtype]
+    row["out_bytes"] = numel[out_shapes] * itemsize[dtype]
+    row["ts"] = (cat("ts_ns") - t0) / 1e9
+    columns = split_ranks(row, order, counts)
     data = fmt.TraceData(
         header=header,
         atoms=atoms.values,
@@ -269,9 +332,53 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
         f"Flight Recorder dumps ({kind}, FR version {', '.join(sorted(versions))}) of "
         f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
     ] + notes
-    order = sorted(ranks)
     state = np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else []
     extra: dict[str, Any] = {"state": state}
     for name in ("record_id", "fr_seq", "fr_p2p_seq"):
         extra[name] = np.concatenate([ranks[r][name] for r in order]) if order else []
     return from_data(data, notes, extra)
+
+
+def split_ranks(row: dict, order: list[int], counts: np.ndarray) -> dict[int, codec.RankColumns]:
+    """Every rank's events (`row`: the format's COLUMNS, ranks in `order` one after the other,
+    `counts` events each) as each rank's pattern table and stream: what codec.split makes rank by
+    rank, made at once. Patterns are numbered per rank in the order of their column values, so
+    with the rank as the most significant part of one joint key every rank's patterns come out
+    contiguous and numbered as codec.split numbers them."""
+    total = int(counts.sum())
+    starts = np.r_[0, np.cumsum(counts)][:-1]
+    which = np.repeat(np.arange(len(order), dtype=np.int64), counts)
+    idx = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)  # event index within its rank
+    names = tuple(name for name, _ in fmt.COLUMNS)
+    dt = dict(fmt.COLUMNS)
+    pattern_cols = {}
+    for name in names:
+        if name in codec.STREAM_COLUMNS:
+            continue
+        col = np.asarray(row[name]).astype(np.int64)
+        pattern_cols[name] = codec.events_back(idx, col) if name in codec.BACK_COLUMNS else col
+    key, span = which, max(len(order), 1)
+    for col in pattern_cols.values():
+        if total == 0 or col.min() == col.max():
+            continue
+        uniq, inv = np.unique(col, return_inverse=True)
+        if span * len(uniq) >= 1 << 62:  # keep the joint key in int64: re-factorise it (order kept)
+            uniq_key, key = np.unique(key, return_inverse=True)
+            key, span = key.reshape(-1), len(uniq_key)
+        key = key * len(uniq) + inv.reshape(-1)
+        span *= len(uniq)
+    _, first, code = np.unique(key, return_index=True, return_inverse=True)
+    code = code.reshape(-1)
+    per_rank = np.bincount(which[first], minlength=len(order))
+    code_at = np.r_[0, np.cumsum(per_rank)]
+    patterns = {name: col[first].astype(dt[name]) for name, col in pattern_cols.items()}
+    local = (code - code_at[which]).astype(np.int32)
+    stream_cols = {name: np.asarray(row[name], dtype=dt[name]) for name in codec.STREAM_COLUMNS}
+    out = {}
+    for i, rank in enumerate(order):
+        a, b = int(starts[i]), int(starts[i] + counts[i])
+        k0, k1 = int(code_at[i]), int(code_at[i + 1])
+        stream = {"code": local[a:b]}
+        stream.update({name: v[a:b] for name, v in stream_cols.items()})
+        out[rank] = codec.RankColumns({n: v[k0:k1] for n, v in patterns.items()}, stream, names)
+    return out

@@ -13,44 +13,43 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import numpy as np
-
-from analyzer.sources.flight_recorder import conventions as conv
-from traceformat.ops import GATHER_OPS, UNEVEN_OPS
-
-GATHERS = tuple(sorted(GATHER_OPS - UNEVEN_OPS))  # an uneven gather's sizes show no group size
-
 
 def _name_order(name: str):
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
-def build_groups(ranks: dict[int, dict], configs: dict[int, list], pgs: dict, atoms) -> tuple:
-    """(groups {gid: {gid, name, ranks, desc}}, {rank: {pg key id: gid}}, world size, notes)."""
+def build_groups(used: dict[int, list[int]], configs: dict[int, list], pgs: dict, hints: dict[int, int]) -> tuple:
+    """(groups {gid: {gid, name, ranks, desc}}, {rank: {pg key id: gid}}, world size, notes), from
+    the pg key ids each rank's entries name (`used`), its pg_config, and the group size each pg
+    key's all-gathers show (`hints`: window.size_hints, the largest over ranks)."""
     notes: list[str] = []
     key_of = {i: k for k, i in pgs.items()}  # pg key id -> (name, desc)
     configured: dict[tuple, str] = {}  # (name, members) -> desc
+    # every rank's pg_config repeats the same member tuples (the world's: 16k ranks long, the
+    # same object where one process parsed them): hash each object once, not once per rank
+    seen_objects: set[tuple[str, int]] = set()
     for listed in configs.values():
         for name, desc, members in listed:
-            configured.setdefault((name, members), desc)
+            if (name, id(members)) not in seen_objects:
+                seen_objects.add((name, id(members)))
+                configured.setdefault((name, members), desc)
     cfg = sorted(configured, key=lambda k: (_name_order(k[0]), k[1]))
+    member_sets = {k: frozenset(k[1]) for k in cfg}
     gid_cfg = {k: i for i, k in enumerate(cfg)}
     by_name: dict[str, list[tuple]] = defaultdict(list)
     for k in cfg:
         by_name[k[0]].append(k)
-    used = {r: np.unique(c["pg"]).tolist() for r, c in ranks.items()}
-    gid_of: dict[int, dict[int, int]] = {r: {} for r in ranks}
+    gid_of: dict[int, dict[int, int]] = {r: {} for r in used}
     unresolved: dict[tuple, set[int]] = defaultdict(set)  # (name, desc) -> ranks naming it
     for rank, keys in used.items():
         for pk in keys:
             name = key_of[pk][0]
-            own = [k for k in by_name.get(name, ()) if rank in k[1]]
+            own = [k for k in by_name.get(name, ()) if rank in member_sets[k]]
             if own:
                 gid_of[rank][pk] = gid_cfg[own[0]]
             else:
                 unresolved[key_of[pk]].add(rank)
-    hints = _size_hints(ranks, atoms)
-    dumped = max(ranks) + 1
+    dumped = max(used) + 1
     world = max([dumped] + [max(m) + 1 for _, m in cfg])
     for name, desc in unresolved:
         if _is_default(name, desc):
@@ -80,32 +79,3 @@ def build_groups(ranks: dict[int, dict], configs: dict[int, list], pgs: dict, at
 
 def _is_default(name: str, desc: str) -> bool:
     return desc == "default_pg" or (name == "0" and desc in ("", "undefined"))
-
-
-def _size_hints(ranks: dict[int, dict], atoms) -> dict[int, int]:
-    """pg key id -> group size shown by recorded all-gathers (output numel / input numel) and
-    list all_to_alls (one input per member)."""
-    ops = {atoms.find(o): o for o in GATHERS + ("all_to_all",)}
-    ops.pop(-1, None)
-    out: dict[int, int] = defaultdict(int)
-    for c in ranks.values():
-        mask = np.isin(c["op"], list(ops))
-        if not mask.any():
-            continue
-        for op, pk, i, o in np.unique(
-            np.stack([c["op"], c["pg"], c["in_shapes"], c["out_shapes"]], axis=1)[mask], axis=0
-        ).tolist():
-            ins = atoms.values[i] if i >= 0 else []
-            outs = atoms.values[o] if o >= 0 else []
-            if ops[op] == "all_to_all":
-                hint = len(ins)
-            else:
-                n_in = sum(_numel(s) for s in ins)
-                n_out = sum(_numel(s) for s in outs)
-                hint = n_out // n_in if n_in and n_out % n_in == 0 else 0
-            out[pk] = max(out[pk], hint)
-    return out
-
-
-def _numel(shape) -> int:
-    return conv.numel(shape)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import os
-from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter, methodcaller
 
@@ -18,30 +17,9 @@ import numpy as np
 
 from analyzer.model.trace import LoadError
 from analyzer.sources.flight_recorder import conventions as conv
+from analyzer.sources.flight_recorder import scanned
+from analyzer.sources.flight_recorder.blocks import RankDump, coalesced_blocks, gloo_done
 from analyzer.sources.flight_recorder.read import rank_of, read_dump
-
-
-@dataclass
-class RankDump:
-    file: str
-    rank: int | None = None
-    error: str | None = None
-    refused: bool = False
-    version: str = "?"
-    config: list = field(default_factory=list)
-    """(name, desc, members) from pg_config."""
-    sites: list = field(default_factory=list)
-    """Per call site: (op, user frame, peer group rank, backend)."""
-    pgs: list = field(default_factory=list)
-    """(name, desc) per local pg id."""
-    shapes: list = field(default_factory=list)
-    """Shape lists as tuples of tuples (((4,), (2, 3)))."""
-    dtypes: list = field(default_factory=list)
-    states: list = field(default_factory=list)
-    cols: dict = field(default_factory=dict)
-    """site, pg, seq (from 0), in_shapes, out_shapes, dtype, state (ids into the tables above),
-    ts_ns, record_id."""
-
 
 FIELDS = (
     "profiling_name",
@@ -97,11 +75,27 @@ def read_rank(file_kind: tuple[str, str]) -> RankDump:
             gc.enable()
 
 
-def _read_rank(file_kind: tuple[str, str]) -> RankDump:
+def read_rank_data(name: str, data: bytes, kind: str) -> RankDump:
+    """read_rank of a dump's bytes (`name`: where they came from, for the rank and messages)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_rank((name, kind), data)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_rank(file_kind: tuple[str, str], data: bytes | None = None) -> RankDump:
     file, kind = file_kind
     out = RankDump(file=file)
+    if kind == "pickle" and scanned.available():
+        got = _read_scanned(out, file, data)
+        if got is not None:
+            return got
+        out = RankDump(file=file)
     try:
-        dump = read_dump(file, kind)
+        dump = read_dump(file, kind, data)
     except LoadError as e:
         out.error, out.refused = str(e), "refused" in str(e)
         return out
@@ -125,6 +119,24 @@ def _read_rank(file_kind: tuple[str, str]) -> RankDump:
             True,
         )
         return out
+
+
+def _read_scanned(out: RankDump, file: str, data: bytes | None) -> RankDump | None:
+    """The C reader's way (scanned.py); None: read it as dicts (what it gave up on, in the
+    dict reader's words, or refused)."""
+    if data is None:
+        try:
+            with open(file, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+    s = scanned.scan(data)
+    if s is None:
+        return None
+    out.rank = rank_of(s.root, file)
+    out.version = str(s.root.get("version", "?"))
+    out.config = conv.config_groups(s.root.get("pg_config"))
+    return scanned.decode(out, s)
 
 
 def _decode(out: RankDump, dump: dict, entries: list, fast: dict) -> RankDump:
@@ -242,84 +254,11 @@ class _Absent:
 _ABSENT = _Absent()
 
 
-def coalesced_blocks(out: RankDump, is_p2p: list) -> None:
-    """ProcessGroupNCCL records each op of a coalesced block (`_coalescing_manager`, FSDP's
-    all-gathers, the slow path of uneven all_gather / reduce_scatter as `_broadcast_oop` /
-    `_reduce_oop` ops) with the block's one collective_seq_id, then an end marker from
-    endCoalescing (`nccl:coalesced`, `ALLGATHER_coalesced`, `REDUCE_SCATTER_coalesced`) with no
-    sizes. One block is one collective instance: its ops become one event (the marker's op, the
-    ops' shapes in order, the first op's call site), so it is matched and size-checked as a
-    whole and never compared as if the marker were a collective. A p2p marker (is_p2p: the end
-    of a batch_isend_irecv) only ends its block: dropped."""
-    c = out.cols
-    marker_sites = np.array([s[0] in conv.COALESCED_MARKERS for s in out.sites] + [False], dtype=bool)
-    is_marker = marker_sites[c["site"]]
-    if not is_marker.any():
-        return
-    p2p = (
-        np.array([bool(x) for x in is_p2p], dtype=bool)
-        if len(is_p2p) == len(c["site"])
-        else np.zeros(len(c["site"]), dtype=bool)
-    )
-    key = (c["pg"].astype(np.int64) << 40) | (c["fr_seq"] & ((1 << 40) - 1))
-    coll = ~p2p & (np.array([s[2] < 0 for s in out.sites] + [True], dtype=bool)[c["site"]])
-    keep = ~(is_marker & p2p)
-    block_keys = np.unique(key[is_marker & ~p2p])
-    in_block = coll & np.isin(key, block_keys) & ~is_marker
-    if in_block.any():
-        _merge_blocks(out, key, is_marker & ~p2p, in_block, keep)
-    for k, v in c.items():
-        c[k] = v[keep]
-
-
-def _merge_blocks(out: RankDump, key, marker, in_block, keep) -> None:
-    """Each marker takes its block's ops (same pg and seq): their shapes concatenated, the first
-    op's site with the marker's op; the ops themselves are dropped (Python per block only)."""
-    c = out.cols
-    shape_ids = {v: i for i, v in enumerate(out.shapes)}
-    site_ids = {v: i for i, v in enumerate(out.sites)}
-    members: dict[int, list[int]] = {}
-    for i in np.flatnonzero(in_block).tolist():
-        members.setdefault(int(key[i]), []).append(i)
-    for m in np.flatnonzero(marker).tolist():
-        ops = members.get(int(key[m]))
-        if not ops:
-            continue
-        first = out.sites[c["site"][ops[0]]]
-        base, block_op = conv.COALESCED_MARKERS[out.sites[c["site"][m]][0]]
-        kinds = {out.sites[c["site"][i]][0] for i in ops}
-        op = block_op if kinds == {base} else (kinds.pop() if len(kinds) == 1 else "coalesced")
-        site = (op, first[1], first[2], first[3])
-        if site not in site_ids:
-            site_ids[site] = len(out.sites)
-            out.sites.append(site)
-        c["site"][m] = site_ids[site]
-        for col in ("in_shapes", "out_shapes"):
-            merged = tuple(s for i in ops for s in out.shapes[c[col][i]])
-            if merged not in shape_ids:
-                shape_ids[merged] = len(out.shapes)
-                out.shapes.append(merged)
-            c[col][m] = shape_ids[merged]
-        c["dtype"][m] = c["dtype"][ops[0]]
-        c["ts_ns"][m] = c["ts_ns"][ops[0]]
-        keep[ops] = False
-
-
 def _upgrade_state(entries: list, state: list, pg_status, gloo: np.ndarray) -> list:
-    """gloo leaves every entry "scheduled": its pg_status (keyed by pg_id, counting op_id) says
-    which ones completed. A completion is never reported falsely, so this only upgrades."""
+    """gloo's states upgraded from its pg_status (blocks.gloo_done)."""
     if not isinstance(pg_status, dict) or not any(gloo):
         return state
-    last = {}
-    for pg_id, status in pg_status.items():
-        try:
-            last[int(pg_id)] = int((status or {}).get("last_completed_collective", -1))
-        except (TypeError, ValueError, AttributeError):
-            continue
     pg_ids = np.array(_column(entries, "pg_id", -1), dtype=np.int64)
     op_ids = np.array(_column(entries, "op_id", -1), dtype=np.int64)
-    done = np.zeros(len(entries), dtype=bool)
-    for pg, seq in last.items():
-        done |= (pg_ids == pg) & (op_ids <= seq) & (op_ids >= 0)
-    done &= gloo
+    done = gloo_done(pg_ids, op_ids, pg_status, gloo)
     return [("completed" if d else s) for s, d in zip(state, done.tolist())]

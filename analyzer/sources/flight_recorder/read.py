@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import gc
+import io
 import json
 import os
 import pickle
@@ -32,6 +33,10 @@ _TRAILING_NUMBER = re.compile(r"(\d+)$")
 _SNIFF = 4096
 
 
+class Refused(pickle.UnpicklingError):
+    """A pickle that would resolve a global or a persistent id: never loaded."""
+
+
 class SafeUnpickler(pickle.Unpickler):
     """Unpickles builtin data only: any other global (os.system, builtins.eval, a class) is
     refused, so no code in the pickle ever runs."""
@@ -39,10 +44,10 @@ class SafeUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in SAFE_GLOBALS:
             return getattr(builtins, name)
-        raise pickle.UnpicklingError(f"refused global {module}.{name}")
+        raise Refused(f"refused global {module}.{name}")
 
     def persistent_load(self, pid):
-        raise pickle.UnpicklingError("refused persistent id")
+        raise Refused("refused persistent id")
 
 
 def sniff(path: str) -> str | None:
@@ -66,15 +71,26 @@ def dump_files(path: str) -> list[tuple[str, str]]:
     if os.path.isfile(path):
         kind = sniff(path)
         return [(path, kind)] if kind else []
-    out = []
+    listing = []
     for root, dirs, files in os.walk(path):
         dirs.sort()
         for name in sorted(files):
             full = os.path.join(root, name)
-            kind = sniff(full)
-            if kind:
-                out.append((full, kind))
-    return out
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            listing.append((full, st.st_mtime_ns, st.st_size))
+    key = (path, hash(tuple(listing)))
+    if _SNIFFED.get(key) is None:
+        # recognising the source and reading it both ask: each file is sniffed once while
+        # none changed (16k dumps: 16k opens, not 32k)
+        _SNIFFED.clear()
+        _SNIFFED[key] = [(f, kind) for f, _, _ in listing if (kind := sniff(f))]
+    return list(_SNIFFED[key])
+
+
+_SNIFFED: dict[tuple, list] = {}
 
 
 def dump_kinds(path: str) -> set[str]:
@@ -91,23 +107,30 @@ def dump_kinds(path: str) -> set[str]:
     return {kind for _, kind in dump_files(path)}
 
 
-def read_dump(path: str, kind: str) -> dict:
-    """One dump as a dict with at least `entries` (a list). One-line LoadError otherwise."""
+def read_dump(path: str, kind: str, data: bytes | None = None) -> dict:
+    """One dump (the file, or its bytes `data`) as a dict with at least `entries` (a list).
+    One-line LoadError otherwise."""
     name = os.path.basename(path)
     enabled = gc.isenabled()
     gc.disable()  # millions of small dicts: the cyclic collector would rescan them again and again
     try:
-        if kind == "pickle":
+        if kind == "pickle" and data is not None:
+            dump = SafeUnpickler(io.BytesIO(data)).load()
+        elif kind == "pickle":
             # a buffered file lets the C unpickler peek ahead (3x faster than a BytesIO)
             with open(path, "rb", buffering=1 << 20) as f:
                 dump = SafeUnpickler(f).load()
+        elif data is not None:
+            dump = json.loads(data)
         else:
             with open(path, "rb") as f:
                 dump = json.load(f)
-    except pickle.UnpicklingError as e:
+    except Refused as e:
         raise LoadError(
             f"{name}: refused to load this pickle ({e}): a Flight Recorder dump holds only builtin data"
         ) from None
+    except pickle.UnpicklingError as e:  # cut short (a rank killed while writing), or garbage
+        raise LoadError(f"{name}: not a readable Flight Recorder dump ({e})") from None
     except (
         OSError,
         ValueError,
