@@ -60,25 +60,45 @@ def run(
             raise ValueError(f"--executor ray: cannot reach the Ray cluster at {address}: {_one_line(e)}") from None
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_task)
-        refs = {remote.remote(job, timeout): i for i, job in enumerate(jobs)}
+        cpus = int(ray.cluster_resources().get("CPU", 0)) or workers
+        limit = max(cpus, workers)  # real mode asks every rank at once (workers = world size)
+        refs: dict = {}  # submitted, unfinished: {ref: job index}
+        holding: set = set()  # those of them that asked Ray for a CPU
+        queue = list(range(len(jobs)))  # not submitted yet
         outcomes: list[Outcome] = [Outcome.of_exit(None)] * len(jobs)
-        pending = list(refs)
         folder = channel_dir(jobs[0].parts_dir) if jobs else ""
         have = {r for job in jobs for r in job.ranks}
         extra: list = []  # helper tasks (shared.helper_jobs): cancelled once every job finished
         everyone = list(jobs)  # a helper may wait on a rank nobody runs either
-        while pending:
+        while queue or refs:
+            blocked = blocked_ranks(folder)
             if helpers is not None:
-                for job in helper_jobs(everyone, blocked_ranks(folder), have, folder):
+                for job in helper_jobs(everyone, blocked, have, folder):
                     everyone.append(job)
                     # no CPU asked: the ranks waiting on it hold theirs (they only poll), and a
                     # chain of stages longer than the cluster's CPUs would otherwise never start
                     extra.append(remote.options(num_cpus=0).remote(job, timeout))
                     helpers.append(job.ranks[0])
+            # as the local pool does: a rank waiting for a peer (fake mode's channel) gives its
+            # CPU to the next job, the awaited ranks first; Ray still counts that CPU as held, so
+            # a job beyond the cluster's CPUs asks none (all submitted at once asking one each,
+            # ranks 0-1 of 4 on 2 CPUs waited for ever on rank 2, queued behind them)
+            waiting = sum(1 for i in refs.values() if len(jobs[i].ranks) == 1 and jobs[i].ranks[0] in blocked)
+            if waiting and queue:
+                awaited = set(blocked.values())
+                queue.sort(key=lambda i: jobs[i].ranks[0] not in awaited)
+            while queue and len(refs) - waiting < limit:
+                i = queue.pop(0)
+                cpu = len(holding) < cpus
+                ref = remote.options(num_cpus=int(cpu)).remote(jobs[i], timeout)
+                refs[ref] = i
+                if cpu:
+                    holding.add(ref)
             # whatever finished within the half second, not one by one: 100k refs stay cheap
-            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5, fetch_local=False)
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0.5, fetch_local=False)
             for ref in done:
-                i = refs[ref]
+                i = refs.pop(ref)
+                holding.discard(ref)
                 try:
                     outcomes[i] = ray.get(ref)
                 except Exception as e:  # the worker died, the node went away, ...: this rank's failure
