@@ -29,6 +29,21 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+TEST_LIMIT_S = float(os.environ.get("COMMTRACE_TEST_LIMIT_S", "900"))
+"""No test runs longer than this: past it, every thread's stack goes to stderr and the session
+exits (a test that hangs, e.g. on ranks waiting for a peer that never runs, would otherwise hold
+CI until its own limit, with nothing said about where)."""
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard():
+    import faulthandler
+
+    faulthandler.dump_traceback_later(TEST_LIMIT_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs")
 REPO = os.path.dirname(HERE)

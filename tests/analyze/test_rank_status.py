@@ -63,9 +63,12 @@ def test_ranks_killed_at_the_timeout_are_named_with_why(tmp_path):
     )
     assert sorted(res.errors) == [0, 1]
     t = load(out)
-    assert t.header["rank_status"] == {
-        r: {"status": "timed_out", "why": "timed out after 4 s (killed; events up to then are kept)"} for r in (0, 1)
+    why = "timed out after 4 s (killed; events up to then are kept)"
+    status = t.header["rank_status"]
+    assert {r: (s["status"], s["why"], s["at"]) for r, s in status.items()} == {
+        r: ("timed_out", why, "tests/programs/hang.py:10 in <module>") for r in (0, 1)
     }
+    assert all(s["stack"][0] == s["at"] for s in status.values())  # innermost frame first
     assert {r: s["status"] for r, s in t.status.items()} == {0: "timed_out", 1: "timed_out"} and t.truncated
     (f,) = run_checks(t).findings
     assert (f.kind.name, f.culprit_ranks) == ("failed_rank", [0, 1])

@@ -20,7 +20,7 @@ from traceformat.workers import context
 from tracer.executors.outcome import Outcome
 from tracer.executors.shared import Progress, helper_jobs, log_path, own_peak_bytes, peak_path
 from tracer.executors.stacks import stack_of_log
-from tracer.fake.channel import blocked_ranks, channel_dir
+from tracer.fake.channel import blocked_ranks, channel_dir, gone
 from tracer.modes.run import Job
 
 # imported once by the fork server, not by every rank: DTensor, FSDP2 and pipelining take
@@ -154,6 +154,7 @@ def run(
                     codes[i] = Outcome.of_exit(proc.exitcode)
                 else:
                     continue
+                gone(folder, jobs[i].ranks)
                 del running[i]
                 if bar is not None and i < asked:
                     bar.advance(len(jobs[i].ranks))

@@ -20,7 +20,7 @@ from typing import Any
 
 from tracer.executors.outcome import Outcome
 from tracer.executors.shared import Progress, helper_jobs
-from tracer.fake.channel import blocked_ranks, channel_dir
+from tracer.fake.channel import blocked_ranks, channel_dir, gone
 from tracer.modes.run import Job
 
 
@@ -103,6 +103,7 @@ def run(
                     outcomes[i] = ray.get(ref)
                 except Exception as e:  # the worker died, the node went away, ...: this rank's failure
                     outcomes[i] = Outcome.not_started(f"ray task failed: {type(e).__name__}: {_one_line(e)}")
+                    gone(folder, jobs[i].ranks)
                 if bar is not None:
                     bar.advance(len(jobs[i].ranks))
         for ref in extra:

@@ -31,6 +31,8 @@ from tracer.capture import watchdog
 _tls = threading.local()
 NEEDS_REAL = "needs real compute"
 """The `done` marker of a rank that stopped to be recorded again with real compute."""
+GONE = "gone"
+"""The `done` marker the executor leaves for a rank whose process ended without one (`gone`)."""
 
 
 class ChannelError(RuntimeError):
@@ -125,12 +127,14 @@ class Channel:
                     waited = time.monotonic() - start
                     done = os.path.join(self.folder, "done", str(sender))
                     if os.path.exists(done) and not os.path.exists(path):
-                        if _read(done).decode() == NEEDS_REAL:
+                        status = _read(done).decode()
+                        if status == NEEDS_REAL:
                             raise PeerRecordedAgain(f"rank {sender} is recorded again with real compute")
                         if or_none:
                             return None
+                        how = "died or was killed" if status == GONE else "finished"
                         raise ChannelError(
-                            f"rank {self.rank} waits for {what} from rank {sender}, which finished without sending it"
+                            f"rank {self.rank} waits for {what} from rank {sender}, which {how} without sending it"
                         )
                     if self.timeout and waited > self.timeout:
                         raise ChannelError(
@@ -170,6 +174,17 @@ class Channel:
         """This rank will send nothing more: peers waiting on it fail at once."""
         with open(os.path.join(self.folder, "done", str(self.rank)), "w") as f:
             f.write(status)
+
+
+def gone(folder: str, ranks: list[int]) -> None:
+    """The executor's word for ranks whose process ended without saying `finished` (a segfault,
+    a kill, a timeout): peers waiting on them stop waiting (a value falls back to the mirrored
+    one, an object fails naming them) instead of waiting for ever."""
+    for r in ranks:
+        with contextlib.suppress(OSError):
+            fd = os.open(os.path.join(folder, "done", str(r)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, GONE.encode())
+            os.close(fd)
 
 
 def forget_done(folder: str, ranks: list[int]) -> None:
