@@ -6,8 +6,8 @@
 #   make golden          re-record the examples and diff them against traces/ (tracer golden check)
 #   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
 #   make titan-matrix    record TorchTitan 0.3's own integration tests (docs/torchtitan.md's matrix)
-#   make frameworks      install the frameworks tests/frameworks records (docs/frameworks.md); without
-#                        them those tests skip (not yet installed by make test: their ~45 min here)
+#   make frameworks      install the frameworks tests/frameworks records (docs/frameworks.md); make
+#                        test installs them first (~2 min here; without them those tests skip)
 # Each creates .venv first when needed: torch==2.13.0, then the project with its test,
 # torchtitan and float8 extras (README, "Two commands": what that is and how big).
 #
@@ -21,6 +21,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.commtrace-installed
+FW_STAMP := $(VENV)/.frameworks-installed
 TORCH_INDEX ?=
 
 .PHONY: demo test test-fast lint bench golden golden-update titan-matrix clean frameworks
@@ -43,11 +44,14 @@ $(STAMP): pyproject.toml
 DEEPSPEED     := deepspeed==0.19.8
 MEGATRON_CORE := megatron-core==0.19.2
 TORCHTUNE_TORCHAO := torchao==0.11.0
-frameworks: $(STAMP)
+frameworks: $(FW_STAMP)
+
+$(FW_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -c constraints-cpu.txt -e '.[frameworks]'
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -c constraints-cpu.txt --no-build-isolation $(DEEPSPEED)
 	$(BIN)/python -m pip install -q -c constraints-cpu.txt --no-deps --ignore-requires-python $(MEGATRON_CORE)
 	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/torchtune-torchao $(TORCHTUNE_TORCHAO)
+	touch $(FW_STAMP)
 
 demo: $(STAMP)
 	mkdir -p out
@@ -57,7 +61,7 @@ demo: $(STAMP)
 	$(BIN)/analyzer summary out/demo.trace
 	$(BIN)/analyzer report out/demo.trace --diff traces/hsdp_tp.trace -o out/demo.html
 
-test: $(STAMP)
+test: $(STAMP) $(FW_STAMP)
 	$(BIN)/python -m pytest -q
 
 # the fast tier (about 1.5 min): format, analysis and layering tests that record nothing

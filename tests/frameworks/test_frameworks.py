@@ -81,23 +81,23 @@ Recorder dump too (docs/frameworks.md)."""
 
 BUGS = {
     # a barrier only rank 0 enters (before a log line)
-    "megatron_rank0_barrier": ("megatron_tp", "rank0-barrier", "missing_collective", [0], 58, True),
+    "megatron_rank0_barrier": ("megatron_tp", "rank0-barrier", "missing_collective", [0], 58),
     # rank 3's model in bfloat16: DeepSpeed's parameter broadcast at initialize moves half the bytes
-    "deepspeed_bf16_rank": ("deepspeed_zero1", "bf16-rank", "shape_mismatch", [3], 29, False),
+    "deepspeed_bf16_rank": ("deepspeed_zero1", "bf16-rank", "shape_mismatch", [3], 29),
     # the loss gathered for a log line on rank 0 only
-    "deepspeed_rank0_gather": ("deepspeed_zero2", "rank0-gather", "missing_collective", [0], 39, True),
-    "accelerate_rank0_gather": ("accelerate", "rank0-gather", "missing_collective", [0], 28, False),
+    "deepspeed_rank0_gather": ("deepspeed_zero2", "rank0-gather", "missing_collective", [0], 39),
+    "accelerate_rank0_gather": ("accelerate", "rank0-gather", "missing_collective", [0], 28),
     # a metric all-reduced in a TrainerCallback on the main process only
-    "hf_trainer_rank0_metric": ("hf_trainer", "rank0-metric", "missing_collective", [0], 42, True),
-    "fabric_rank0_barrier": ("fabric_ddp", "rank0-barrier", "missing_collective", [0], 30, False),
+    "hf_trainer_rank0_metric": ("hf_trainer", "rank0-metric", "missing_collective", [0], 42),
+    "fabric_rank0_barrier": ("fabric_ddp", "rank0-barrier", "missing_collective", [0], 30),
     # rank 3 reduces its logged loss in bfloat16
-    "fabric_model_parallel_bf16_rank": ("fabric_model_parallel", "bf16-rank", "dtype_mismatch", [3], 50, False),
+    "fabric_model_parallel_bf16_rank": ("fabric_model_parallel", "bf16-rank", "dtype_mismatch", [3], 50),
     # the loss reduced for the log on rank 0 only
-    "torchtune_rank0_loss_reduce": ("torchtune", "rank0-loss-reduce", "missing_collective", [0], 44, True),
+    "torchtune_rank0_loss_reduce": ("torchtune", "rank0-loss-reduce", "missing_collective", [0], 44),
 }
-"""name: (the healthy case it seeds a bug into, its --bug, kind, culprits, the user's line, whether
-the finding names that line yet: a call inside the framework is shown at the framework's line
-until "the user's line first" (#38 item 3) lands)."""
+"""name: (the healthy case it seeds a bug into, its --bug, kind, culprits, the user's line: the
+finding names it even where the call is made inside the framework, e.g. DeepSpeed's parameter
+broadcast at initialize or Fabric's barrier)."""
 
 
 @pytest.fixture(scope="session")
@@ -177,12 +177,9 @@ def test_seeded_bug_is_found(fw_recorded, bug):
     assert [(f.kind.name, f.culprit_ranks) for f in found][:1] == [(kind, culprits)], [f.message for f in found]
 
 
-_NOT_YET = pytest.mark.xfail(strict=True, reason="user's line first (#38 item 3)")
-
-
-@pytest.mark.parametrize("bug", [pytest.param(b, marks=() if BUGS[b][5] else _NOT_YET) for b in BUGS])
+@pytest.mark.parametrize("bug", list(BUGS))
 def test_seeded_bug_names_the_users_line(fw_recorded, bug):
-    case, _, _, culprits, line, _ = BUGS[bug]
+    case, _, _, culprits, line = BUGS[bug]
     where = f"{HEALTHY[case][1]}.py:{line}"
     found = _bug_findings(fw_recorded, bug)
     assert found and all(where in found[0].frames.get(r, "") for r in culprits), found[0].frames if found else found
