@@ -189,27 +189,38 @@ def combine_losses(a: pl.DataFrame, ref: pl.DataFrame) -> tuple[pl.DataFrame, li
     computed k > 1 distinct losses (different batches), the global loss is their mean (each a
     mean over its own batch, gradients averaged: DDP) or their sum (each normalised by the global
     token count: TorchTitan): whichever is nearer the reference's loss. The recorded input
-    gradients are each rank's own loss's; under the mean they are k times the global ones."""
-    k = a.filter(pl.col("what") == "loss").select(
-        "step", k=pl.col("layout").str.extract(r"mean of (\d+)").cast(pl.Int64).fill_null(1)
+    gradients are each rank's own loss's; under the mean they are k times the global ones. A
+    reference of k_ref distinct losses itself (another layout, another mode) is on those terms
+    too: the factors are relative to it, and none where both split the batch alike."""
+
+    def distinct(frame: pl.DataFrame, name: str) -> pl.DataFrame:
+        per = frame.filter(pl.col("what") == "loss").select(
+            "step", pl.col("layout").str.extract(r"mean of (\d+)").cast(pl.Int64).fill_null(1).alias(name)
+        )
+        return per.group_by("step").agg(pl.col(name).max())
+
+    k = (
+        distinct(a, "k")
+        .join(distinct(ref, "kr"), on="step", how="left")
+        .with_columns(pl.col("kr").fill_null(1))
+        .filter(pl.col("k") != pl.col("kr"))
     )
-    k = k.group_by("step").agg(pl.col("k").max()).filter(pl.col("k") > 1)
     if k.is_empty():
         return a, []
     ref_loss = ref.filter(pl.col("what") == "loss").group_by("step").agg(ref_loss=pl.col("sum").last())
     here_loss = a.filter(pl.col("what") == "loss").group_by("step").agg(loss=pl.col("sum").last())
+    ratio = pl.col("k").cast(pl.Float64) / pl.col("kr").cast(pl.Float64)
     rule = (
         k.join(here_loss, on="step")
         .join(ref_loss, on="step", how="left")
         .with_columns(
-            by_sum=(pl.col("loss") * pl.col("k") - pl.col("ref_loss")).abs()
-            < (pl.col("loss") - pl.col("ref_loss")).abs()
+            by_sum=(pl.col("loss") * ratio - pl.col("ref_loss")).abs() < (pl.col("loss") - pl.col("ref_loss")).abs(),
+            ratio=ratio,
         )
-        .select("step", "k", "by_sum")
+        .select("step", "k", "ratio", "by_sum")
     )
-    k_f = pl.col("k").cast(pl.Float64)
-    loss_factor = pl.when(pl.col("by_sum")).then(k_f).otherwise(1.0)
-    grad_factor = pl.when(pl.col("by_sum")).then(1.0).otherwise(1.0 / k_f)
+    loss_factor = pl.when(pl.col("by_sum")).then(pl.col("ratio")).otherwise(1.0)
+    grad_factor = pl.when(pl.col("by_sum")).then(1.0).otherwise(1.0 / pl.col("ratio"))
     factor = (
         pl.when(pl.col("k").is_null())
         .then(1.0)
@@ -227,7 +238,7 @@ def combine_losses(a: pl.DataFrame, ref: pl.DataFrame) -> tuple[pl.DataFrame, li
             sumsq=pl.col("sumsq") * pl.col("_f") * pl.col("_f"),
             amax=pl.col("amax") * pl.col("_f"),
         )
-        .drop("k", "by_sum", "_f")
+        .drop("k", "ratio", "by_sum", "_f")
     )
     sums = rule.filter(pl.col("by_sum"))["step"].to_list()
     means = rule.filter(~pl.col("by_sum"))["step"].to_list()

@@ -39,9 +39,9 @@ def env(program: str) -> dict:
     return out
 
 
-def tracer_command(program: str, args: tuple, mode: str, out: str) -> list[str]:
+def tracer_command(program: str, args: tuple, mode: str, out: str, flags: tuple = ()) -> list[str]:
     cmd = [os.path.join(BIN, "tracer"), "record", "--script", os.path.join(FRAMEWORKS, program + ".py")]
-    return [*cmd, "-n", "4", "--mode", mode, "--timeout", "300", "-o", out, "--", *args]
+    return [*cmd, "-n", "4", "--mode", mode, *flags, "--timeout", "300", "-o", out, "--", *args]
 
 
 def pattern(trace, rank: int) -> list[list]:

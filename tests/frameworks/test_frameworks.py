@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 from fw_cases import HEALTHY, HERE, TORCHTUNE_TORCHAO, env, pattern, tracer_command
 
-from analyzer.checks import run_checks
+from analyzer.checks import numerics_parity, run_checks
 from analyzer.compare.diff import diff_traces
 from analyzer.loader import load
 
@@ -102,15 +102,15 @@ broadcast at initialize or Fabric's barrier)."""
 
 @pytest.fixture(scope="session")
 def fw_recorded(tmp_path_factory):
-    """fw_recorded(program, args, mode) -> (path, completed process) of `tracer record` (cached)."""
+    """fw_recorded(program, args, mode, flags) -> (path, completed process) of `tracer record` (cached)."""
     cache: dict = {}
     root = tmp_path_factory.mktemp("frameworks")
 
-    def get(program: str, args: tuple, mode: str):
-        key = (program, args, mode)
+    def get(program: str, args: tuple, mode: str, flags: tuple = ()):
+        key = (program, args, mode, flags)
         if key not in cache:
-            out = str(root / f"{program}-{'-'.join(a.strip('-') for a in args)}-{mode}.trace")
-            cmd = tracer_command(program, args, mode, out)
+            out = str(root / f"{program}-{'-'.join(a.strip('-') for a in (*args, *flags))}-{mode}.trace")
+            cmd = tracer_command(program, args, mode, out, flags)
             p = subprocess.run(cmd, capture_output=True, text=True, env=env(program), timeout=900)
             cache[key] = (out, p)
         return cache[key]
@@ -159,6 +159,41 @@ def test_real_run_now_is_the_truth_and_diffs_clean(fw_recorded, case):
         truth = json.load(f)
     assert all(pattern(real, r) == truth[str(r)] for r in range(4))
     assert diff_traces(real, fake).equal
+
+
+LOCAL = ["accelerate", "fabric_model_parallel"]
+"""The SPMD ones: local mode (one Python, every rank) records them. The others are refused in one
+line naming --mode real: Megatron's per-rank group bookkeeping (`if rank in ranks`), DeepSpeed's
+shm op taking the rank in a C++ binding, HF Trainer's log level chosen by an if / else on the
+local rank, Lightning's DistributedSampler picking each rank's samples in Python, torchtune's
+`seed + rank` given to numpy's and Python's generators (one state each, not one per rank)."""
+
+
+@pytest.mark.parametrize("case", LOCAL)
+def test_spmd_ones_record_in_local_mode_with_the_real_runs_values(fw_recorded, case):
+    module, program, args = HEALTHY[case]
+    _needs(module)
+    local_path, p = fw_recorded(program, args, "local", ("--numerics",))
+    assert p.returncode == 0, p.stderr[-2000:]
+    real_path, p = fw_recorded(program, args, "real", ("--numerics",))
+    assert p.returncode == 0, p.stderr[-2000:]
+    local = load(local_path)
+    assert run_checks(local).findings == []
+    with open(os.path.join(TRUTH, case + ".json")) as f:
+        truth = json.load(f)
+    assert all(pattern(local, r) == truth[str(r)] for r in range(4))
+    # every module output, gradient and parameter of every step, against the real gloo run's
+    assert numerics_parity.check(local, load(real_path)).findings == []
+
+
+@pytest.mark.parametrize("case", [c for c in HEALTHY if c not in LOCAL])
+def test_the_others_are_refused_in_local_mode_in_one_line_naming_real_mode(fw_recorded, case):
+    module, program, args = HEALTHY[case]
+    _needs(module)
+    _, p = fw_recorded(program, args, "local")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    error = next(line for line in p.stderr.splitlines() if line.startswith("error:"))
+    assert "depends on its rank" in error and "--mode real" in error
 
 
 def _bug_findings(fw_recorded, bug: str) -> list:

@@ -109,3 +109,16 @@ def test_spmd_twins_in_local_mode_against_the_real_reference(twin, name):
     rc, findings = numerics(twin(name, "buggy", world, "local"), twin(name, "healthy", 1))
     got = [(f["kind"], f["module"], f["step"], f["phase"]) for f in findings if f["kind"] != "replica_divergence"]
     assert (rc, got) == (1, expected)
+
+
+@pytest.mark.parametrize("name", LOCAL)
+def test_local_mode_against_real_mode_at_the_same_world(twin, name):
+    # both split the batch alike (k ranks' distinct losses on each side): the input gradients
+    # compare as recorded, not rescaled for one side only (they differed by 1 - 1/k before)
+    world, _, expected = CASES[name]
+    real = twin(name, "healthy", world)
+    assert numerics(twin(name, "healthy", world, "local"), real) == (0, [])
+    assert numerics(real, twin(name, "healthy", world, "local")) == (0, [])
+    rc, findings = numerics(twin(name, "buggy", world, "local"), real)
+    got = [(f["kind"], f["module"], f["step"], f["phase"]) for f in findings if f["kind"] != "replica_divergence"]
+    assert (rc, got) == (1, expected)
