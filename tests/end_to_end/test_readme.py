@@ -175,14 +175,17 @@ def _torch_lines(tmp_path, *args: str) -> list[str]:
 
 def test_torch_index_applies_to_the_torch_line_only(tmp_path):
     """README, "Two commands": `make TORCH_INDEX=... test` installs PyTorch's CPU wheel; the
-    default leaves pip's configured index alone."""
-    torch_line, project_line = _torch_lines(tmp_path)
-    assert torch_line.endswith("pip install -q torch==2.13.0") and "index-url" not in project_line
+    default leaves pip's configured index alone. The lines after torch's (the project, then the
+    frameworks `make test` records) never take that index."""
+    torch_line, *others = _torch_lines(tmp_path)
+    assert torch_line.endswith("pip install -q torch==2.13.0") and others
+    assert not any("index-url" in line for line in others)
     cpu = "https://download.pytorch.org/whl/cpu"
     assert f"make TORCH_INDEX={cpu} test" in README.read_text()
-    torch_line, project_line = _torch_lines(tmp_path, f"TORCH_INDEX={cpu}")
+    torch_line, project_line, *frameworks = _torch_lines(tmp_path, f"TORCH_INDEX={cpu}")
     assert torch_line.endswith(f"pip install -q torch==2.13.0 --index-url {cpu}")
-    assert "index-url" not in project_line and "-c constraints-cpu.txt" in project_line
+    assert "-c constraints-cpu.txt" in project_line and "'.[frameworks]'" in frameworks[0]
+    assert not any("index-url" in line for line in (project_line, *frameworks))
 
 
 def test_tour_runs_as_shown(tmp_path):
