@@ -47,8 +47,11 @@ CASES = {
     "ep_all_to_all_order": (4, [], [("numerics_divergence", "moe.experts.0", 0, "forward")]),
     # Megatron-core TP (its tensor_model_parallel / partition_dim parameters) x a hand-written dp loop
     "megatron_dp_grads": (4, [], [("numerics_divergence", "fc2.bias", 0, "backward")]),
+    # a transformers LlamaForCausalLM under DDP: its default per-rank token mean vs HF Trainer's
+    # num_items_in_batch
+    "hf_token_mean": (4, [], [("numerics_divergence", "loss", 0, "forward")]),
 }
-NEEDS = {"megatron_dp_grads": "megatron.core"}
+NEEDS = {"megatron_dp_grads": "megatron.core", "hf_token_mean": "transformers"}
 """Twins of a framework (installed by the test set-up: docs/frameworks.md)."""
 
 
@@ -99,7 +102,7 @@ def test_buggy_twin_is_found_where_it_leaves_the_single_process_run(twin, name):
 # real-mode reference (a mixed pair). Not: the pipelines (a stage per rank), cp_position_ids
 # (slices a sequence by a per-rank offset: local mode fails there, its AttributeError noted in docs/numerics.md) and
 # ep_all_to_all_order (each rank builds other experts: refused, naming --mode real)
-LOCAL = ["ddp_batchnorm", "ddp_uneven_padding", "tied_untied", "vocab_parallel_ce"]
+LOCAL = ["ddp_batchnorm", "ddp_uneven_padding", "hf_token_mean", "tied_untied", "vocab_parallel_ce"]
 
 
 @pytest.mark.parametrize("name", LOCAL)

@@ -317,10 +317,16 @@ def _in_backward() -> bool:
 
 
 def _first_tensor(out) -> Any:
+    """The output a module's digest is of: the tensor itself, or in a tuple, list or dict (a
+    model's output, e.g. transformers' `CausalLMOutputWithPast`: loss, logits, cache) the first
+    tensor with a dimension, else the first scalar. A model's scalar beside its activations is a
+    loss each rank reduced over its own share, which the program combines as it chooses (mean,
+    sum, scaled): the activation is the model's output, the loss is compared as the loss."""
     if isinstance(out, torch.Tensor):
         return out
-    if isinstance(out, (tuple, list)):
-        return next((x for x in out if isinstance(x, torch.Tensor)), None)
     if isinstance(out, dict):
-        return next((x for x in out.values() if isinstance(x, torch.Tensor)), None)
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        tensors = [x for x in out if isinstance(x, torch.Tensor)]
+        return next((x for x in tensors if x.dim() > 0), tensors[0] if tensors else None)
     return None
