@@ -264,7 +264,7 @@ class Attribution:
                 rel = os.path.relpath(path, self._root)
             except ValueError:
                 rel = path
-            if rel.startswith(".." + os.sep + ".."):
+            if rel.startswith(".." + os.sep):  # outside the root: where it is, wherever the root sits
                 rel = path
         return (
             rel.replace("{", "{{").replace("}", "}}") + ":{} in " + code.co_name.replace("{", "{{").replace("}", "}}")
