@@ -18,7 +18,15 @@ import time
 
 from traceformat.workers import context
 from tracer.executors.outcome import Outcome
-from tracer.executors.shared import Progress, helper_jobs, log_path, own_peak_bytes, peak_path
+from tracer.executors.shared import (
+    Progress,
+    awaited_first,
+    helper_jobs,
+    log_path,
+    own_peak_bytes,
+    peak_path,
+    waiting_on_peers,
+)
 from tracer.executors.stacks import stack_of_log
 from tracer.fake.channel import blocked_ranks, channel_dir, gone
 from tracer.modes.run import Job
@@ -125,10 +133,9 @@ def run(
                     codes.append(None)
                     pending.insert(0, len(jobs) - 1)
                     helpers.append(job.ranks[0])
-            waiting = {i for i in running if jobs[i].ranks[0] in blocked and len(jobs[i].ranks) == 1}
-            if waiting and pending:  # start the ranks they wait for first: fewer ranks alive at once
-                awaited = set(blocked.values())
-                pending.sort(key=lambda i: jobs[i].ranks[0] not in awaited)
+            waiting = waiting_on_peers(jobs, running, blocked)
+            if waiting and pending:
+                awaited_first(pending, jobs, blocked)
             now = time.monotonic()
             for i in waiting:
                 running[i] = (running[i][0], running[i][1] + now - last)

@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 from tracer.executors.outcome import Outcome
-from tracer.executors.shared import Progress, helper_jobs
+from tracer.executors.shared import Progress, awaited_first, helper_jobs, waiting_on_peers
 from tracer.fake.channel import blocked_ranks, channel_dir, gone
 from tracer.modes.run import Job
 
@@ -83,10 +83,9 @@ def run(
             # CPU to the next job, the awaited ranks first; Ray still counts that CPU as held, so
             # a job beyond the cluster's CPUs asks none (all submitted at once asking one each,
             # ranks 0-1 of 4 on 2 CPUs waited for ever on rank 2, queued behind them)
-            waiting = sum(1 for i in refs.values() if len(jobs[i].ranks) == 1 and jobs[i].ranks[0] in blocked)
+            waiting = len(waiting_on_peers(jobs, refs.values(), blocked))
             if waiting and queue:
-                awaited = set(blocked.values())
-                queue.sort(key=lambda i: jobs[i].ranks[0] not in awaited)
+                awaited_first(queue, jobs, blocked)
             while queue and len(refs) - waiting < limit:
                 i = queue.pop(0)
                 cpu = len(holding) < cpus

@@ -70,6 +70,18 @@ def helper_jobs(jobs: list[Job], blocked: dict[int, int], have: set[int], folder
     return out
 
 
+def waiting_on_peers(jobs: list[Job], indices, blocked: dict[int, int]) -> set[int]:
+    """Of the running jobs `indices`, those whose one rank waits for a peer in fake mode's channel
+    (`blocked`: {rank: the rank it waits for}): each gives its core to the next job."""
+    return {i for i in indices if len(jobs[i].ranks) == 1 and jobs[i].ranks[0] in blocked}
+
+
+def awaited_first(queue: list[int], jobs: list[Job], blocked: dict[int, int]) -> None:
+    """Put the queued jobs of the ranks someone waits for first: fewer ranks alive at once."""
+    awaited = set(blocked.values())
+    queue.sort(key=lambda i: jobs[i].ranks[0] not in awaited)
+
+
 class Progress:
     """A rich progress bar on a terminal; silent otherwise."""
 

@@ -159,3 +159,12 @@ def digest_outputs(
     for name, chunks in seen.items():
         digest(step, f"output {name}", torch.cat(chunks[-last:] if last else chunks), (layouts or {}).get(name, layout))
     seen.clear()
+
+
+def digest_step(step: int, loss, seen: dict, model) -> None:
+    """One training step's lines after its backward: the loss (DDP's average of the ranks' losses
+    is the one it trains), the module outputs (batch parts), every gradient."""
+    digest(step, "loss", loss, "mean")
+    digest_outputs(step, seen, "part")
+    for name, p in model.named_parameters():
+        digest(step, f"grad {name}", p.grad)

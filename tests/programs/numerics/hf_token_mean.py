@@ -22,7 +22,7 @@ batch's parts; its loss, a scalar per rank the program combines as it chooses, a
 
 import torch
 import torch.distributed as dist
-from common import TWIN_STEPS, digest, digest_outputs, outputs, variant
+from common import TWIN_STEPS, digest, digest_step, outputs, variant
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -62,10 +62,7 @@ for step in range(TWIN_STEPS):
         dist.all_reduce(n_items)
         loss = model(input_ids=tokens, labels=labels, num_items_in_batch=n_items).loss * world
     loss.backward()
-    digest(step, "loss", loss, "mean")  # DDP's average of the ranks' losses is the one it trains
-    digest_outputs(step, seen, "part")
-    for name, p in net.named_parameters():
-        digest(step, f"grad {name}", p.grad)
+    digest_step(step, loss, seen, net)
     opt.step()
     for name, p in net.named_parameters():
         digest(step, f"param {name}", p)
