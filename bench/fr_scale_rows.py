@@ -6,9 +6,10 @@ rank, dumps missing and cut short) against what the same run measures beside it.
 
 - 4,096 / 16,384 ranks x 2,000 entries: the verdict's wall time (a fresh process, as a user
   runs it), its peak memory, dumps per second per core, against a plain one-process
-  `pickle.load` of every dump measured in the same run. Targets at 16,384: <= 60 s on this
-  2-core box, <= 12 GiB, <= half the plain unpickle; the verdict right (the stalled rank and
-  every missing rank named, nothing else).
+  `pickle.load` of every dump measured in the same run (each twice, alternating: the best).
+  Targets at 16,384: <= 60 s on this 2-core box, <= 12 GiB (the process tree), <= half the
+  plain unpickle; the verdict right (the stalled rank and every missing rank named, nothing
+  else).
 - 1,024 ranks, both dump shapes (dp x tp multi-group, one world group): `analyzer hang` and
   `analyzer check` against torch's fr_trace on the same dumps (a stalled rank, no dump missing:
   fr_trace stops at a missing dump). Target: hang >= 20x faster than fr_trace, verdict right.
@@ -76,20 +77,25 @@ def versus_unpickle(work: str, row, sizes: list[int], reuse: str | None = None) 
     cores = cpu_count()
     for n in sizes:
         folder, truth, made = _dumps(work, n, "realistic", 3, 1, reuse)
-        t_pickle = unpickle_time(folder)
-        r = run("analyzer", "hang", folder, "--json")
+        # twice each, alternating, the best of each: 16k dumps (6.7 GB) do not all fit the page
+        # cache, so whichever reads second finds the other's last files cached and its own
+        # first ones gone; alternating gives both the same chances (cold or warm)
+        t_pickle, r = unpickle_time(folder), run("analyzer", "hang", folder, "--json")
+        t_pickle, r2 = min(t_pickle, unpickle_time(folder)), run("analyzer", "hang", folder, "--json")
+        r = min(r, r2, key=lambda x: x.wall)
         ok, said = verdict(json_out(r), truth)
         fast = r.wall <= t_pickle / 2
         in_time = r.wall <= 60 * n / 16384  # 60 s at 16,384: the same rate below
         row(
             f"analyzer hang on {n:,} FR dumps x 2,000 entries (dp x tp, 1 stalled, {len(truth['missing'])} missing, "
             f"{len(truth['truncated'])} cut short)",
-            f"{r.wall:.1f} s, {r.peak_gib:.2f} GiB, {n / r.wall / cores:.0f} dumps/s/core "
+            f"{r.wall:.1f} s, {r.tree_gib:.2f} GiB (its workers included; this process {r.peak_gib:.2f}), "
+            f"{n / r.wall / cores:.0f} dumps/s/core "
             f"({t_pickle / r.wall:.1f}x faster than unpickling them)",
             f"<= {60 * n / 16384:.0f} s, <= 12 GiB, <= plain unpickle / 2 ({t_pickle / 2:.1f} s), verdict right",
             f"anchor: one-process pickle.load of every dump {t_pickle:.1f} s ({n / t_pickle:.0f} dumps/s); "
             f"truth: stalled {truth['stalled']}, missing {truth['missing'] + truth['truncated']}; analyzer: {said}",
-            ok and fast and in_time and r.peak_gib <= 12 and r.code == 1,
+            ok and fast and in_time and r.tree_gib <= 12 and r.code == 1,
         )
         if made:
             shutil.rmtree(os.path.dirname(folder))

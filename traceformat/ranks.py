@@ -28,12 +28,13 @@ def parse_ranks(spec: str, world_size: int) -> list[int]:
 def ranks_text(ranks) -> str:
     """[0,1,2,5] -> '0-2,5'; a long strided list [3,11,...,507] -> '3-507 step 8'."""
     ranks = sorted(ranks)
-    if (
-        len(ranks) > 4
-        and ranks[1] - ranks[0] > 1
-        and all(b - a == ranks[1] - ranks[0] for a, b in zip(ranks, ranks[1:]))
-    ):
+    # a whole range or a strided one, compared at C speed: a 16k-rank job names its world and
+    # dp groups once per stuck rank
+    step = ranks[1] - ranks[0] if len(ranks) > 1 else 1
+    if len(ranks) > 4 and step > 1 and ranks == list(range(ranks[0], ranks[-1] + 1, step)):
         return f"{ranks[0]}-{ranks[-1]} step {ranks[1] - ranks[0]}"
+    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
     out, i = [], 0
     while i < len(ranks):
         j = i

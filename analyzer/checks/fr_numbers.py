@@ -52,7 +52,8 @@ def _with_dump_numbers(f: Finding, hits: list[dict]) -> Finding:
     hits = [h for h in hits if (str(h["op"]) in ("send", "recv")) == p2p]
     if not hits:
         return f
-    mine = [h for h in hits if h["rank"] in set(f.culprit_ranks) | set(f.ranks)] or hits
+    named = set(f.culprit_ranks) | set(f.ranks)
+    mine = [h for h in hits if h["rank"] in named] or hits
     fr: dict[str, Any]
     if p2p:
         fr = {"p2p_seq_id": sorted({h["fr_p2p_seq"] for h in mine})}

@@ -15,6 +15,6 @@ def recognise(path: str) -> bool:
 
 def load(path: str, **options) -> Trace:
     """options["fr"]: a flight_recorder.options.ReadOptions (frontier window, -j)."""
-    from analyzer.sources.flight_recorder.dumps import load_dumps
+    from analyzer.sources.flight_recorder.load import load_dumps
 
     return load_dumps(path, options.get("fr"))

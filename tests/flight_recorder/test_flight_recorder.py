@@ -157,7 +157,7 @@ def test_importer_needs_no_torch(fr_dumps):
 
 
 def test_parallel_read_matches_sequential(fr_dumps, monkeypatch):
-    from analyzer.sources.flight_recorder import dumps as fr
+    from analyzer.sources.flight_recorder import load as fr
 
     base = load(fr_dumps / "size" / "repaired").events
     monkeypatch.setattr(fr, "PARALLEL_FROM", 1)

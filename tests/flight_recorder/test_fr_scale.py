@@ -189,12 +189,16 @@ def test_frontier_window_keeps_little(hang_dir):
 
 
 def test_jobs_give_the_same_trace(hang_dir, monkeypatch):
-    from analyzer.sources.flight_recorder import dumps
+    from analyzer.sources.flight_recorder import load as dumps
 
     folder, _ = hang_dir
     one = load(folder, fr=ReadOptions(jobs=1))
+    window = load(folder, fr=ReadOptions(jobs=1, frontier=True))
     monkeypatch.setattr(dumps, "PARALLEL_FROM", 1)
     assert load(folder, fr=ReadOptions(jobs=2)).events.equals(one.events)
+    # hang's two-phase read: the windows cut in the worker processes that hold the dumps
+    assert load(folder, fr=ReadOptions(jobs=3, frontier=True)).events.equals(window.events)
+    assert window.n_events < one.n_events
 
 
 def test_cli_hang_jobs_and_full_history(hang_dir, tmp_path):

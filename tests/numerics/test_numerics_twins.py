@@ -52,7 +52,12 @@ CASES = {
     "hf_token_mean": (4, [], [("numerics_divergence", "loss", 0, "forward")]),
 }
 NEEDS = {"megatron_dp_grads": "megatron.core", "hf_token_mean": "transformers"}
-"""Twins of a framework (installed by the test set-up: docs/frameworks.md)."""
+"""Twins of a framework (installed by `make test-frameworks`: docs/frameworks.md)."""
+
+
+def cases(names) -> list:
+    """`names` as parameters, a framework's twins in the frameworks group (pytest -m frameworks)."""
+    return [pytest.param(n, marks=pytest.mark.frameworks) if n in NEEDS else n for n in names]
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +87,13 @@ def numerics(trace: str, ref: str) -> tuple[int, list[dict]]:
     return proc.returncode, json.loads(proc.stdout)["findings"]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", cases(sorted(CASES)))
 def test_healthy_twin_is_clean(twin, name):
     world = CASES[name][0]
     assert numerics(twin(name, "healthy", world), twin(name, "healthy", 1)) == (0, [])
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", cases(sorted(CASES)))
 def test_buggy_twin_is_found_where_it_leaves_the_single_process_run(twin, name):
     world, _, expected = CASES[name]
     rc, findings = numerics(twin(name, "buggy", world), twin(name, "healthy", 1))
@@ -105,7 +110,7 @@ def test_buggy_twin_is_found_where_it_leaves_the_single_process_run(twin, name):
 LOCAL = ["ddp_batchnorm", "ddp_uneven_padding", "hf_token_mean", "tied_untied", "vocab_parallel_ce"]
 
 
-@pytest.mark.parametrize("name", LOCAL)
+@pytest.mark.parametrize("name", cases(LOCAL))
 def test_spmd_twins_in_local_mode_against_the_real_reference(twin, name):
     world, _, expected = CASES[name]
     assert numerics(twin(name, "healthy", world, "local"), twin(name, "healthy", 1)) == (0, [])
@@ -114,7 +119,7 @@ def test_spmd_twins_in_local_mode_against_the_real_reference(twin, name):
     assert (rc, got) == (1, expected)
 
 
-@pytest.mark.parametrize("name", LOCAL)
+@pytest.mark.parametrize("name", cases(LOCAL))
 def test_local_mode_against_real_mode_at_the_same_world(twin, name):
     # both split the batch alike (k ranks' distinct losses on each side): the input gradients
     # compare as recorded, not rescaled for one side only (they differed by 1 - 1/k before)

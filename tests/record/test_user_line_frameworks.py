@@ -10,6 +10,8 @@ from conftest import program
 from analyzer.checks import run_checks
 from analyzer.loader import load
 
+pytestmark = pytest.mark.frameworks
+
 # (program, framework, the user's line, the framework's line that issues the all_gather, the
 # framework version whose line that is)
 CASES = [

@@ -20,13 +20,13 @@ group's all-gathers show (`[group size, *input]`), so a rank that left no dump i
 member, reported missing. How FR's conventions are mapped: analyzer.sources.flight_recorder.conventions.
 
 Columnar where it counts: each dump is decoded to numpy columns by
-analyzer.sources.flight_recorder.rank.read_rank (in worker processes when there are many), and the rest
-is numpy over whole columns.
+analyzer.sources.flight_recorder.rank.read_rank (in worker processes when there are many:
+load.py), and the rest is numpy over whole columns. This module turns decoded dumps into the
+Trace; load.py decides where they are decoded.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 from collections import defaultdict
 from typing import Any
@@ -39,13 +39,9 @@ from analyzer.sources.flight_recorder import window
 from analyzer.sources.flight_recorder.groups import build_groups
 from analyzer.sources.flight_recorder.options import ReadOptions
 from analyzer.sources.flight_recorder.rank import RankDump, read_rank
-from analyzer.sources.flight_recorder.read import dump_files
 from analyzer.sources.flight_recorder.window import Summary
 from traceformat import codec
 from traceformat import format as fmt
-from traceformat.workers import chunksize, cpu_count, pool
-
-__all__ = ["load_dumps"]
 
 
 class _Atoms(fmt.AtomTable):
@@ -59,15 +55,6 @@ class _Atoms(fmt.AtomTable):
         return self.intern([list(s) for s in key])
 
 
-PARALLEL_FROM = 32  # dumps; below that a worker pool costs more than it saves
-
-
-def _workers(n_files: int, jobs: int | None) -> int:
-    """Worker processes: `jobs`, else one per CPU (2 included: decoding is the cost, and a worker
-    sends back ~60 bytes per entry), never more than one per 8 dumps."""
-    return max(1, min(jobs or cpu_count(), n_files // 8))
-
-
 def read_one(file_kind: tuple[str, str]) -> tuple[RankDump, Summary | None]:
     """One dump decoded, its p2p numbered on the whole dump, and its Summary (a worker's job)."""
     d = read_rank(file_kind)
@@ -75,41 +62,6 @@ def read_one(file_kind: tuple[str, str]) -> tuple[RankDump, Summary | None]:
         return d, None
     window.number_p2p(d)
     return d, window.summarize(d)
-
-
-def _read_all(files: list, jobs: int | None):
-    """read_one over the files, streamed in order, on several cores when there are many."""
-    workers = _workers(len(files), jobs)
-    if len(files) < PARALLEL_FROM or workers < 2:
-        yield from map(read_one, files)
-        return
-    with pool(workers) as p:
-        yield from p.map(read_one, files, chunksize=min(64, chunksize(len(files), workers)))
-
-
-def load_dumps(path: str | os.PathLike, options: ReadOptions | None = None) -> Trace:
-    """A folder of FR dumps (or one dump file) as a Trace; dumps that are missing are noted."""
-    options = options or ReadOptions()
-    enabled = gc.isenabled()
-    gc.disable()  # millions of short-lived objects: the cyclic collector would rescan them again and again
-    try:
-        return _load(os.fspath(path), options)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _load(path: str, options: ReadOptions) -> Trace:
-    files = dump_files(path)
-    if not files:
-        raise LoadError(f"{path}: no Flight Recorder dumps found")
-    dumps: dict[int, RankDump] = {}
-    summaries: dict[int, Summary] = {}
-    notes: list[str] = []
-    for d, summary in _read_all(files, options.jobs):
-        if accept(d, dumps, notes, single=len(files) == 1):
-            summaries[d.rank] = summary
-    return assemble(path, dumps, summaries, notes, kind_of(files), options)
 
 
 def accept(d: RankDump, dumps: dict, notes: list, single: bool) -> bool:
@@ -148,21 +100,14 @@ def resolve(summaries: dict[int, Summary]) -> tuple:
     return pgs, groups, gid_of, world, notes, by_local
 
 
-def assemble(
-    path: str, dumps: dict, summaries: dict, notes: list, kind: str, options: ReadOptions, cut: bool = True
-) -> Trace:
-    """The Trace of the decoded dumps: each rank's whole history, or with options.frontier only
-    from each group's frontier on (window.py; cut=False: the dumps were cut where they were
-    decoded, on_ray.py)."""
+def assemble(path: str, dumps: dict, summaries: dict, notes: list, kind: str, options: ReadOptions) -> Trace:
+    """The Trace of the decoded dumps: each rank's whole history, or with options.frontier the
+    windows held.reduce cut from each group's frontier on where the dumps were decoded."""
     if not dumps:
         raise LoadError(f"{path}: no readable Flight Recorder dump" + (f" ({notes[0]})" if notes else ""))
     pgs, groups, gid_of, world, group_notes, by_local = resolve(summaries)
     notes.extend(group_notes)
     if options.frontier:
-        if cut:
-            cuts = window.plan(list(summaries.values()), groups, by_local, options.context)
-            for r, d in dumps.items():
-                window.cut(d, cuts[r])
         before = sum(s.n for s in summaries.values())
         after = sum(len(d.cols["site"]) for d in dumps.values())
         notes.append(
@@ -219,7 +164,11 @@ def _finish_columns(ranks: dict, gid_of: dict, groups: dict, atoms: _Atoms, note
     for rank, c in ranks.items():
         table = gid_of[rank]
         top = int(c["pg"].max()) + 1 if len(c["pg"]) else 0
-        c["group"] = np.array([table.get(p, -1) for p in range(top)] + [-1], dtype=np.int32)[c["pg"]]
+        lut = np.full(top + 1, -1, dtype=np.int32)  # global pg key id -> gid (a few per rank)
+        for p, g in table.items():
+            if p < top:
+                lut[p] = g
+        c["group"] = lut[c["pg"]]
         peer = np.full(len(c["pg"]), -1, dtype=np.int32)
         for gid in np.unique(c["group"][c["peer_local"] >= 0]):
             m = (c["group"] == gid) & (c["peer_local"] >= 0) & (c["peer_local"] < len(members[gid]))
