@@ -37,14 +37,15 @@ FRAME_FILES = (
     "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
     "/usr/lib/python3.11/site-packages/torch/distributed/c10d_logger.py",
 )
-# per pattern op: (profiling name, group kind 0 world / 1 tp / 2 dp, input size, output size factor, api)
+# per pattern op, profiling names as ProcessGroupNCCL.cpp writes them: (profiling name,
+# group kind 0 world / 1 tp / 2 dp, input size, output size factor, api)
 REALISTIC = [
-    ("nccl:_allgather_base", 2, 1024, "dp", "all_gather_into_tensor"),
-    ("nccl:allreduce", 1, 2048, 1, "all_reduce"),
-    ("nccl:allreduce", 1, 2048, 1, "all_reduce"),
+    ("nccl:_all_gather_base", 2, 1024, "dp", "all_gather_into_tensor"),
+    ("nccl:all_reduce", 1, 2048, 1, "all_reduce"),
+    ("nccl:all_reduce", 1, 2048, 1, "all_reduce"),
     ("nccl:_reduce_scatter_base", 2, 8192, "1/dp", "reduce_scatter_tensor"),
 ]
-SIMPLE = [("nccl:allreduce", 0, 1024 * (k + 1), 1, "all_reduce") for k in range(4)]
+SIMPLE = [("nccl:all_reduce", 0, 1024 * (k + 1), 1, "all_reduce") for k in range(4)]
 
 
 class FRPickler:

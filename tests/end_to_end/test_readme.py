@@ -5,9 +5,10 @@ Convention (README.md, "A 10-minute tour"): every fenced block tagged `sh` or `b
 by line (a trailing `\\` continues a line), in order, in one scratch copy of the examples,
 goldens and test programs, with this interpreter's tools first on the PATH. A line's trailing
 comment may say `exit N` (default: 0) and `prints: TEXT` (TEXT must appear in its output,
-whitespace folded). `make TARGET` lines are not run (CI runs `make lint` and `make test`
-themselves): the target must exist (`make -n TARGET`). A block that cannot run here (it needs a
-cluster) is marked on the line above its fence: `<!-- readme-test: skip (why) -->`.
+whitespace folded). `make TARGET` lines are not run (CI runs `make lint`, `make test` and
+`make test-frameworks` themselves): the target must exist (`make -n TARGET`). A block that
+cannot run here (it needs a cluster) is marked on the line above its fence:
+`<!-- readme-test: skip (why) -->`.
 """
 
 from __future__ import annotations
@@ -166,9 +167,11 @@ def test_make_targets_exist():
 
 
 def _torch_lines(tmp_path, *args: str) -> list[str]:
-    """The pip lines `make` would run to set up a fresh .venv (a dry run)."""
+    """The pip lines `make` would run to set up a fresh .venv with the frameworks (a dry run of
+    `make test-frameworks`, whose set-up is make test's and then the frameworks')."""
     venv = tmp_path / "venv"
-    r = subprocess.run(["make", "-n", f"VENV={venv}", *args, "test"], cwd=REPO, capture_output=True, text=True)
+    cmd = ["make", "-n", f"VENV={venv}", *args, "test-frameworks"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return [line for line in r.stdout.splitlines() if "pip install" in line and "--upgrade pip" not in line]
 
@@ -176,7 +179,7 @@ def _torch_lines(tmp_path, *args: str) -> list[str]:
 def test_torch_index_applies_to_the_torch_line_only(tmp_path):
     """README, "Two commands": `make TORCH_INDEX=... test` installs PyTorch's CPU wheel; the
     default leaves pip's configured index alone. The lines after torch's (the project, then the
-    frameworks `make test` records) never take that index."""
+    frameworks `make test-frameworks` records) never take that index."""
     torch_line, *others = _torch_lines(tmp_path)
     assert torch_line.endswith("pip install -q torch==2.13.0") and others
     assert not any("index-url" in line for line in others)
@@ -199,7 +202,7 @@ def test_tour_runs_as_shown(tmp_path):
     ran = 0
     for c in readme_commands():
         if c.text.split()[0] == "make":
-            continue  # test_make_targets_exist; CI runs `make lint` and `make test`
+            continue  # test_make_targets_exist; CI runs the make targets itself
         r = subprocess.run(
             c.text, shell=True, executable="/bin/bash", cwd=work, env=env, capture_output=True, text=True, timeout=300
         )

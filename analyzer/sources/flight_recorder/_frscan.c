@@ -290,6 +290,13 @@ static int set_value(VM *vm, Py_ssize_t row, Py_ssize_t col, PyObject *v) {
     return 0;
 }
 
+/* A FRAME at pos declares its length: the unpickler reads that many bytes past it at once, so
+   a frame that runs past the data is a truncated pickle to it; the same here (-1). */
+static int frame_fits(VM *vm, Py_ssize_t pos) {
+    Py_ssize_t a = le_size(vm->buf + pos + 1, 8);
+    return a >= 0 && a <= vm->len - pos - 9 ? 0 : -1;
+}
+
 /* ---- the machine ---- */
 
 static Py_ssize_t fast_entry(VM *vm, Py_ssize_t start, Py_ssize_t end, Py_ssize_t row);
@@ -310,7 +317,10 @@ static Py_ssize_t run(VM *vm, Py_ssize_t pos, Py_ssize_t end, int *stopped) {
         Py_ssize_t m = top_mark(vm), i;
         PyObject *o, *t;
         switch (*p) {
-        case 0x80: case 0x95: break; /* PROTO, FRAME */
+        case 0x80: break; /* PROTO */
+        case 0x95: /* FRAME */
+            if (frame_fits(vm, pos) < 0) return -1;
+            break;
         case '.':
             *stopped = 1;
             return pos + 1;
@@ -681,6 +691,7 @@ static Py_ssize_t fast_entry(VM *vm, Py_ssize_t start, Py_ssize_t end, Py_ssize_
             break;
         case 0x95: case 0x80:
             if (depth == 0 && items == 0) return 0;
+            if (*p == 0x95 && frame_fits(vm, pos) < 0) return -1;
             pos += n;
             continue;
         default: /* a push */
