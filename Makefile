@@ -2,7 +2,8 @@
 #   make demo   record an example job, check it, diff it against its golden, summarize it,
 #               and write its HTML report to out/demo.html
 #   make test   run the test suite but the frameworks group (make test-fast: the tier that records
-#               nothing, ~1.5 min; make test-frameworks: the frameworks group, installing them)
+#               nothing, ~1.5 min; make test-frameworks: TorchTitan's trainer and the frameworks
+#               programs, installing the frameworks first; CI runs both)
 #   make lint   ruff (lint + format check) and mypy over traceformat/ tracer/ analyzer/
 #   make golden          re-record the examples and diff them against traces/ (tracer golden check)
 #   make golden-update   re-record them and rewrite traces/ (tracer golden update; commit traces/)
@@ -63,13 +64,14 @@ demo: $(STAMP)
 	$(BIN)/analyzer report out/demo.trace --diff traces/hsdp_tp.trace -o out/demo.html
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not frameworks"
+	$(BIN)/python -m pytest -q -m "not frameworks and not torchtitan"
 
-# the frameworks group (tests marked `frameworks`: Megatron-core, DeepSpeed, Accelerate / HF
-# Trainer, Lightning, torchtune programs recorded, their numerics twins), after installing them;
-# CI runs it after `make test`
+# the frameworks group: tests marked `torchtitan` (TorchTitan's own trainer recorded, compiled,
+# float8, its numerics twins: ~12 of make test's minutes before) and `frameworks` (Megatron-core,
+# DeepSpeed, Accelerate / HF Trainer, Lightning, torchtune programs and their numerics twins),
+# after installing the frameworks; CI runs it after `make test`
 test-frameworks: $(FW_STAMP)
-	$(BIN)/python -m pytest -q -m frameworks
+	$(BIN)/python -m pytest -q -m "frameworks or torchtitan"
 
 # the fast tier (about 1.5 min): format, analysis and layering tests that record nothing
 test-fast: $(STAMP)
