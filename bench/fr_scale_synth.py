@@ -38,12 +38,14 @@ FRAME_FILES = (
     "/usr/lib/python3.11/site-packages/torch/distributed/c10d_logger.py",
 )
 # per pattern op, profiling names as ProcessGroupNCCL.cpp writes them: (profiling name,
-# group kind 0 world / 1 tp / 2 dp, input size, output size factor, api)
+# group kind 0 world / 1 tp / 2 dp, size, how the sizes follow from it, api). "dp": a gather
+# of `size` per member; "1/dp": a reduce-scatter to `size` per member (its input dp x size,
+# as FSDP pads it: valid at every dp, not only at the powers of two that divide 8192)
 REALISTIC = [
     ("nccl:_all_gather_base", 2, 1024, "dp", "all_gather_into_tensor"),
     ("nccl:all_reduce", 1, 2048, 1, "all_reduce"),
     ("nccl:all_reduce", 1, 2048, 1, "all_reduce"),
-    ("nccl:_reduce_scatter_base", 2, 8192, "1/dp", "reduce_scatter_tensor"),
+    ("nccl:_reduce_scatter_base", 2, 4, "1/dp", "reduce_scatter_tensor"),
 ]
 SIMPLE = [("nccl:all_reduce", 0, 1024 * (k + 1), 1, "all_reduce") for k in range(4)]
 
@@ -199,10 +201,10 @@ def dump_bytes(rank: int, ranks: int, kind: str, entries: int, issued: int, done
         enq[g] = seq
         comp[g] = seq if j < done else comp[g]
         began[g] = seq if j <= done else began[g]
-        out = size * dp if factor == "dp" else (size // dp if factor == "1/dp" else size)
+        inp, out = (size * dp, size) if factor == "1/dp" else (size, size * dp if factor == "dp" else size)
         state = "completed" if j < done else ("started" if j == done else "scheduled")
         t = base + j * 1_000_000
-        ents.append((j, g, seq, name, api, size, out, state, t))
+        ents.append((j, g, seq, name, api, inp, out, state, t))
     status = {}
     for g, (_, _, pg_id) in enumerate(groups):
         status[str(pg_id)] = {

@@ -193,7 +193,10 @@ def _findings(trace: Trace) -> list[Finding]:
             table=pats,
         )
 
-    per_row_rules(report, trace, groups, pats, positioned, atoms, present)
+    # gid -> its members that are present, once per group (a rule broken on each rank of a
+    # 12,500-rank group is 12,500 findings: a rescan of the group for each was quadratic)
+    members_of = {gid: [r for r in g["ranks"] if r in present] for gid, g in groups.items()}
+    per_row_rules(report, trace, groups, pats, positioned, atoms, members_of)
     # an all_to_all pair that disagrees in a 2-rank group names both: the pairs of other groups decide
     report.narrow_ties(SPLIT_MISMATCH, tie_culprits, lambda culprits, gids: _decided(culprits, gids, groups))
     return report.findings()

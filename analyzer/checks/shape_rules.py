@@ -34,7 +34,7 @@ SHAPE_MISMATCH = Kind(
 SPLIT_MISMATCH = Kind(name="split_mismatch", about="all_to_all_single split sizes that do not pair up between ranks")
 
 
-def _output_side(report, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
+def _output_side(report, groups, pats: pl.DataFrame, positioned, atoms, members_of) -> None:
     """all_reduce / broadcast write their output in the shape and dtype of their input: an
     output that differs (FR records both sides; a dtype is 'in->out' where they differ) is a
     shape_mismatch / dtype_mismatch of that rank, whatever the other ranks did."""
@@ -48,7 +48,7 @@ def _output_side(report, groups, pats: pl.DataFrame, positioned, atoms, present)
     if not bad.is_empty():
         for row in positioned(bad).sort("group", "pos", "rank").to_dicts():
             io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
-            _self_finding(report, groups, present, row, SHAPE_MISMATCH, "output shape = input shape", io)
+            _self_finding(report, groups, members_of, row, SHAPE_MISMATCH, "output shape = input shape", io)
     dt = same.filter(pl.col("dtype").cast(pl.String).str.contains("->", literal=True))
     if not dt.is_empty():
         for row in (
@@ -58,18 +58,17 @@ def _output_side(report, groups, pats: pl.DataFrame, positioned, atoms, present)
             .to_dicts()
         ):
             i, o = str(row["dtype"]).split("->", 1)
-            _self_finding(
-                report, groups, present, row, DTYPE_MISMATCH, "output dtype = input dtype", f"input {i} -> output {o}"
-            )
+            io = f"input {i} -> output {o}"
+            _self_finding(report, groups, members_of, row, DTYPE_MISMATCH, "output dtype = input dtype", io)
 
 
 def _self_finding(
-    report, groups, present, row: dict, kind: Kind, rule: str, actual: str, *, output_side: bool = True
+    report, groups, members_of, row: dict, kind: Kind, rule: str, actual: str, *, output_side: bool = True
 ) -> None:
     """One rank's collective breaks `rule`. An output-side finding (all_reduce / broadcast) also
     stands in for the cross-rank difference at its position (see PositionFindings.findings)."""
     gid = row["group"]
-    size = "" if output_side else f" ({len([r for r in groups[gid]['ranks'] if r in present])} ranks)"
+    size = "" if output_side else f" ({len(members_of[gid])} ranks)"
 
     def message(f, row=row, rule=rule):
         bad = "; ".join(f"rank {r}: {f.actual[r]}" for r in f.culprit_ranks)
@@ -84,21 +83,21 @@ def _self_finding(
         expected=rule,
         actual=actual,
         frame=frame_text(row),
-        members=[r for r in groups[gid]["ranks"] if r in present],
+        members=members_of[gid],
         message=message,
         detail="output side" if output_side else None,
     )
 
 
-def per_row_rules(report, trace, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
+def per_row_rules(report, trace, groups, pats: pl.DataFrame, positioned, atoms, members_of) -> None:
     """Every rule a rank's own collective must satisfy, whatever the others did."""
-    _output_side(report, groups, pats, positioned, atoms, present)
-    _size_rule(report, trace, groups, pats, positioned, atoms, present)
-    _uneven_rule(report, groups, pats, positioned, atoms, present)
-    _splits(report, trace, groups, pats, positioned, present)
+    _output_side(report, groups, pats, positioned, atoms, members_of)
+    _size_rule(report, trace, groups, pats, positioned, atoms, members_of)
+    _uneven_rule(report, groups, pats, positioned, atoms, members_of)
+    _splits(report, trace, groups, pats, positioned, members_of)
 
 
-def _size_rule(report, trace, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
+def _size_rule(report, trace, groups, pats: pl.DataFrame, positioned, atoms, members_of) -> None:
     """All-gathers must output group-size x their input; reduce-scatters the reverse. Judged
     per pattern; only the events of a bad pattern are looked at."""
     numel = {aid: sum(_prod(s) for s in v) for aid, v in atoms.items() if is_shapes(v)}
@@ -128,10 +127,10 @@ def _size_rule(report, trace, groups, pats: pl.DataFrame, positioned, atoms, pre
     for row in positioned(bad).sort("group", "pos", "rank").to_dicts():
         io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
         rule = "output = input x group size" if row["op"] in GATHERS else "input = output x group size"
-        _self_finding(report, groups, present, row, SHAPE_MISMATCH, rule, io, output_side=False)
+        _self_finding(report, groups, members_of, row, SHAPE_MISMATCH, rule, io, output_side=False)
 
 
-def _uneven_rule(report, groups, pats: pl.DataFrame, positioned, atoms, present) -> None:
+def _uneven_rule(report, groups, pats: pl.DataFrame, positioned, atoms, members_of) -> None:
     """all_gather_v / reduce_scatter_v: each member contributes its own size, so the shared side
     (a gather's outputs, a reduce-scatter's inputs: one flat tensor or one chunk per member) holds
     the sum of the members' own sides. Judged per position, once every member is there and the
@@ -146,7 +145,7 @@ def _uneven_rule(report, groups, pats: pl.DataFrame, positioned, atoms, present)
     for row in rows:
         by_pos[(row["group"], row["pos"])].append(row)
     for (gid, _), at in sorted(by_pos.items()):
-        members = [r for r in groups[gid]["ranks"] if r in present]
+        members = members_of[gid]
         gather = at[0]["op"] in GATHER_OPS
         own, shared = ("in_shapes", "out_shapes") if gather else ("out_shapes", "in_shapes")
         if sorted(r["rank"] for r in at) != members or len({r[shared] for r in at}) != 1:
@@ -165,10 +164,10 @@ def _uneven_rule(report, groups, pats: pl.DataFrame, positioned, atoms, present)
             if row["rank"] not in culprits:
                 continue
             io = f"input {shape_text(atoms.get(row['in_shapes']))} -> output {shape_text(atoms.get(row['out_shapes']))}"
-            _self_finding(report, groups, present, row, SHAPE_MISMATCH, rule, io, output_side=False)
+            _self_finding(report, groups, members_of, row, SHAPE_MISMATCH, rule, io, output_side=False)
 
 
-def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> None:
+def _splits(report, trace, groups, pats: pl.DataFrame, positioned, members_of) -> None:
     """all_to_all_single: what rank i sends j must equal what j expects from i."""
     # splits atoms are two lists of sizes, checked at load (analyzer/model/atoms.py); -1: none recorded
     a2a = pats.filter(pl.col("op").is_in(SPLITS) & (pl.col("splits") >= 0))
@@ -227,7 +226,7 @@ def _splits(report, trace, groups, pats: pl.DataFrame, positioned, present) -> N
             f"{s}->{d}: sends {x}, expected {y}"
             for s, d, x, y in bad.select("src", "dst", "sent", "expected").iter_rows()
         ]
-        group_members = [r for r in groups[gid]["ranks"] if r in present]
+        group_members = members_of[gid]
 
         def message(f, mism=mism):
             return (

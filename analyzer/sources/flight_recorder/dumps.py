@@ -102,22 +102,26 @@ def resolve(summaries: dict[int, Summary]) -> tuple:
 
 def assemble(path: str, dumps: dict, summaries: dict, notes: list, kind: str, options: ReadOptions) -> Trace:
     """The Trace of the decoded dumps: each rank's whole history, or with options.frontier the
-    windows held.reduce cut from each group's frontier on where the dumps were decoded."""
+    windows held.reduce cut from each group's frontier on where the dumps were decoded. Takes
+    `dumps` and `summaries` apart as it goes (they are emptied: at 100,000 ranks the driver's
+    peak is what is held at once)."""
     if not dumps:
         raise LoadError(f"{path}: no readable Flight Recorder dump" + (f" ({notes[0]})" if notes else ""))
     pgs, groups, gid_of, world, group_notes, by_local = resolve(summaries)
     notes.extend(group_notes)
     if options.frontier:
         before = sum(s.n for s in summaries.values())
-        after = sum(len(d.cols["site"]) for d in dumps.values())
+        after = sum(window.rows(d) for d in dumps.values())
         notes.append(
             f"hang: read from each group's frontier on ({options.context} instances of history; "
             f"{after:,} of {before:,} entries); `analyzer check` reads every rank's whole history"
         )
+    summaries.clear()
     atoms = _Atoms()
     versions = {d.version for d in dumps.values()}
-    ranks = {r: _globalize(d, atoms, pgs) for r, d in sorted(dumps.items())}
-    dumps.clear()
+    # each window dropped as it is globalized, each rank's columns as they are concatenated
+    # (_trace): 100,000 ranks' small arrays are mostly object headers, held once, not twice
+    ranks = {r: _globalize(window.unpack(dumps.pop(r)), atoms, pgs) for r in sorted(dumps)}
     _finish_columns(ranks, gid_of, groups, atoms, notes)
     return _trace(path, ranks, groups, atoms, world, versions, kind, notes)
 
@@ -255,8 +259,8 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
     order = sorted(ranks)
     counts = np.array([len(ranks[r]["op"]) for r in order], dtype=np.int64)
 
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([ranks[r][name] for r in order]) if order else np.zeros(0, dtype=np.int64)
+    def cat(name: str) -> np.ndarray:  # the last use of each column: taken out of the ranks
+        return np.concatenate([ranks[r].pop(name) for r in order]) if order else np.zeros(0, dtype=np.int64)
 
     # every rank's columns at once (thousands of ranks of a few dozen entries each: per-rank
     # numpy calls would cost more than the entries), split into ranks by split_ranks
@@ -264,27 +268,27 @@ def _trace(path, ranks: dict, groups: dict, atoms: _Atoms, world: int, versions:
     row = {name: np.full(total, v, dtype=dt) for (name, dt), v in zip(fmt.COLUMNS, fmt.default_row())}
     for name in ("op", "group", "seq", "peer", "dtype", "in_shapes", "out_shapes", "frame"):
         row[name] = cat(name).astype(row[name].dtype)
-    in_shapes, out_shapes, dtype = cat("in_shapes"), cat("out_shapes"), cat("dtype")
+    in_shapes, out_shapes, dtype = row["in_shapes"], row["out_shapes"], row["dtype"]
     row["in_bytes"] = numel[in_shapes] * itemsize[dtype]
     row["out_bytes"] = numel[out_shapes] * itemsize[dtype]
     row["ts"] = (cat("ts_ns") - t0) / 1e9
+    extra: dict[str, Any] = {"state": cat("state").tolist()}
+    for name in ("record_id", "fr_seq", "fr_p2p_seq"):
+        extra[name] = cat(name)
+    ranks.clear()
     columns = split_ranks(row, order, counts)
     data = fmt.TraceData(
         header=header,
         atoms=atoms.values,
         groups=groups,
         columns=columns,
-        ends={r: {"n": len(c["op"]), "status": "ok", "error": None} for r, c in ranks.items()},
+        ends={r: {"n": int(n), "status": "ok", "error": None} for r, n in zip(order, counts.tolist())},
         complete=True,
     )
     notes = [
         f"Flight Recorder dumps ({kind}, FR version {', '.join(sorted(versions))}) of "
-        f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
+        f"{len(order)} rank{'s' if len(order) != 1 else ''}"
     ] + notes
-    state = np.concatenate([ranks[r]["state"] for r in order]).tolist() if order else []
-    extra: dict[str, Any] = {"state": state}
-    for name in ("record_id", "fr_seq", "fr_p2p_seq"):
-        extra[name] = np.concatenate([ranks[r][name] for r in order]) if order else []
     return from_data(data, notes, extra)
 
 

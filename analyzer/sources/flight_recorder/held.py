@@ -20,9 +20,9 @@ from typing import Any, Protocol
 from analyzer.model.trace import LoadError, Trace
 from analyzer.sources.flight_recorder import window
 from analyzer.sources.flight_recorder.blocks import RankDump
-from analyzer.sources.flight_recorder.dumps import accept, assemble, read_one, resolve
+from analyzer.sources.flight_recorder.dumps import accept, assemble, resolve
 from analyzer.sources.flight_recorder.options import ReadOptions
-from analyzer.sources.flight_recorder.rank import read_rank_data
+from analyzer.sources.flight_recorder.rank import read_rank, read_rank_data
 from analyzer.sources.flight_recorder.read import sniff, will_need
 from traceformat.workers import context
 
@@ -34,6 +34,22 @@ class Decoder:
 
     def __init__(self) -> None:
         self.dumps: dict[int, RankDump] = {}
+        self.canon: dict = {}
+
+    def _share(self, d: RankDump) -> None:
+        """d's table values made one object per distinct value across this decoder's dumps: an
+        answer is one pickle, memoised by identity, so 50,000 ranks' summaries and windows carry
+        each call site, shape and group once, and the receiver holds them once. pg_config rows
+        are keyed by their member tuple's identity (the reader parses each member list once,
+        conventions._members_text; canon keeps every keyed tuple alive, so no id is reused):
+        hashing a 100k-rank tuple per dump would cost more than the sharing saves."""
+        canon = self.canon
+        d.config = [canon.setdefault(("config", n, desc, id(m)), (n, desc, m)) for n, desc, m in d.config]
+        for name in ("sites", "pgs", "shapes", "dtypes", "states"):
+            try:
+                setattr(d, name, [canon.setdefault(v, v) for v in getattr(d, name)])
+            except TypeError:  # an unhashable value (a malformed dump's): left as it is
+                pass
 
     def decode(self, items: list, make: Any = None) -> list[tuple]:
         """Per item (a file path, or with `make` an argument of make(item) -> (name, pickle
@@ -58,16 +74,16 @@ class Decoder:
             kind = sniff(item)
             if kind is None:
                 return None
-            d, s = read_one((item, kind))
+            d = read_rank((item, kind))
         else:
             name, data = make(item)
             kind = "pickle"
             d = read_rank_data(name, data, kind)
-            s = None
-            if not d.error and d.rank is not None:
-                window.number_p2p(d)
-                s = window.summarize(d)
-        if s is not None:
+        s = None
+        if not d.error and d.rank is not None:
+            self._share(d)
+            window.number_p2p(d)
+            s = window.summarize(d)
             self.dumps[i] = d
         return (i, d.file, d.rank, d.error, d.refused, kind, s)
 
@@ -76,7 +92,7 @@ class Decoder:
         out = []
         for i, where in cuts.items():
             d = self.dumps.pop(i)
-            out.append(window.cut(d, where) if where is not None else d)
+            out.append(window.pack(window.cut(d, where) if where is not None else d))
         self.dumps.clear()
         return out
 
@@ -179,5 +195,7 @@ def reduce(decoders: Decoders, n: int, items: list, make: Any, source: str, opti
     asks: list[dict] = [{} for _ in range(n)]
     for rank, (k, i) in where.items():
         asks[k][i] = cuts.get(rank)
+    del metas, seen, cuts, where  # the driver's peak is in assemble: hold only what it needs
     dumps = {d.rank: d for part in decoders.calls("take", [(ask,) for ask in asks]) for d in part}
+    del asks
     return assemble(source, dumps, summaries, notes, "+".join(sorted(kinds)), options)
