@@ -210,8 +210,8 @@ def plan(summaries: list[Summary], groups: dict, gid_of: dict, context: int = CO
 
 
 # The columns assemble reads (dumps._globalize), in the block a window travels in.
-PACKED = ("site", "pg", "seq", "in_shapes", "out_shapes", "dtype", "state", "ts_ns", "record_id", "fr_seq")
-PACKED += ("fr_p2p_seq", "p2p_num")
+PACKED: tuple[str, ...] = ("site", "pg", "seq", "in_shapes", "out_shapes", "dtype", "state", "ts_ns")
+PACKED += ("record_id", "fr_seq", "fr_p2p_seq", "p2p_num")
 
 
 def pack(d: RankDump) -> RankDump:
