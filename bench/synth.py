@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from traceformat import format as fmt
+from traceformat.writer import TraceWriter
 
 
 def generate(
@@ -39,14 +40,14 @@ def generate(
         config={"program": f"synthetic fsdp x tp, {dp} x {tp}"},
         torch_version="synthetic",
     )
-    w = fmt.TraceWriter(path, header)
+    w = TraceWriter(path, header)
     try:
         _write(w, ranks, events, tp, dp, skip, dtype_fault, hang, verbose)
     finally:
         w.close()
 
 
-def _write(w: fmt.TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, dtype_fault, hang, verbose) -> None:
+def _write(w: TraceWriter, ranks: int, events: int, tp: int, dp: int, skip, dtype_fault, hang, verbose) -> None:
     w.group(0, "0", list(range(ranks)), "default_pg")
     for t in range(dp):  # tp groups: consecutive ranks
         w.group(1 + t, str(1 + t), list(range(t * tp, (t + 1) * tp)), "mesh_tp")

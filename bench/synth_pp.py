@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from traceformat import format as fmt
+from traceformat.writer import TraceWriter
 
 MICROBATCHES = 32
 LAYERS = 2
@@ -77,7 +78,7 @@ def generate(
         torch_version="synthetic",
         config={"program": f"synthetic pp x dp x tp, {pp} x {dp} x {tp}, {schedule}"},
     )
-    w = fmt.TraceWriter(path, header)
+    w = TraceWriter(path, header)
     try:
         _write(w, pp, dp, tp, events, schedule, microbatches, swap, skip_send, extra, verbose)
     finally:

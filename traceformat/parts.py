@@ -19,12 +19,12 @@ from traceformat.format import (
     AtomTable,
     TraceData,
     TraceFormatError,
-    TraceWriter,
     default_row,
 )
 from traceformat.output import atomic_path
 from traceformat.reader import read_header, read_trace
 from traceformat.workers import chunksize, cpu_count, pool
+from traceformat.writer import TraceWriter
 
 PARTS_GLOB = "rank_*.part"
 """The part files of a recording's parts folder (see part_path)."""

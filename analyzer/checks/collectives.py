@@ -113,6 +113,9 @@ def _findings(trace: Trace) -> list[Finding]:
         return []
     rows = collective_rows(trace, pats)
     present = set(trace.ranks)
+    # gid -> its members that are present, once per group (a rule broken on each rank of a
+    # 12,500-rank group is 12,500 findings: a rescan of the group for each was quadratic)
+    members_of = {gid: [r for r in g["ranks"] if r in present] for gid, g in groups.items()}
     report = PositionFindings(groups)
     atoms = atom_values(
         trace,
@@ -151,7 +154,7 @@ def _findings(trace: Trace) -> list[Finding]:
                 mapped[gid].append(dev.select("rank", "idx", "seq", "code", "group").join(pos, on="seq"))
 
     for gid in sorted(per["group"].unique().to_list()):
-        members = [r for r in groups[gid]["ranks"] if r in present]
+        members = members_of[gid]
         if not members:  # only non-members issued on it (a corrupt trace): nobody to compare
             continue
         votes = votes_of[gid] = {r: sig.get((gid, r), (0, 0)) for r in members}
@@ -193,9 +196,6 @@ def _findings(trace: Trace) -> list[Finding]:
             table=pats,
         )
 
-    # gid -> its members that are present, once per group (a rule broken on each rank of a
-    # 12,500-rank group is 12,500 findings: a rescan of the group for each was quadratic)
-    members_of = {gid: [r for r in g["ranks"] if r in present] for gid, g in groups.items()}
     per_row_rules(report, trace, groups, pats, positioned, atoms, members_of)
     # an all_to_all pair that disagrees in a 2-rank group names both: the pairs of other groups decide
     report.narrow_ties(SPLIT_MISMATCH, tie_culprits, lambda culprits, gids: _decided(culprits, gids, groups))

@@ -17,7 +17,7 @@ from analyzer.cost.fit import fit_table, markdown
 from analyzer.cost.model import algorithm, collective_seconds
 from analyzer.cost.step import step_cost
 from traceformat import format as fmt
-from traceformat.format import TraceWriter
+from traceformat.writer import TraceWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GiB = 1 << 30

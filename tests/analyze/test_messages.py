@@ -19,9 +19,9 @@ from analyzer.compare.summary import summarize
 from analyzer.loader import load
 from analyzer.render import console as render
 from traceformat import format as fmt
-from traceformat.format import TraceWriter
 from traceformat.ops import COLLECTIVE_OPS
 from traceformat.reader import read_trace
+from traceformat.writer import TraceWriter
 
 GUESSES = ("died", "its log", "stopped before finishing", "its consequence")
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from traceformat import codec
 from traceformat import format as fmt
 from traceformat import reader as trace_reader
+from traceformat.writer import TraceWriter
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ def test_a_training_stream_packs_under_16_bytes_per_event(tmp_path):
         ts=np.cumsum(rng.integers(5, 3000, n)) * 1e-6,
     )
     path = tmp_path / "t.trace"
-    w = fmt.TraceWriter(path, fmt.make_header(world_size=2, ranks=[0], mode="fake"))
+    w = TraceWriter(path, fmt.make_header(world_size=2, ranks=[0], mode="fake"))
     w.group(0, "0", [0, 1], "default_pg")
     w.group(1, "1", [0, 1], "mesh_tp")
     for i in range(8):

@@ -9,13 +9,15 @@ import textwrap
 
 from traceformat import format as fmt
 from traceformat import reader as trace_reader
+from traceformat.writer import TraceWriter
 
 WRITER = textwrap.dedent(
     """
     import sys, time
     from traceformat import format as fmt
-    fmt.TraceWriter.FIRST_WINDOW = fmt.TraceWriter.MAP_WINDOW = 4096  # many windows: records cross their boundaries
-    w = fmt.TraceWriter(sys.argv[1], fmt.make_header(world_size=2, ranks=[0], mode="fake"), mapped=True)
+    from traceformat.writer import TraceWriter
+    TraceWriter.FIRST_WINDOW = TraceWriter.MAP_WINDOW = 4096  # many windows: records cross their boundaries
+    w = TraceWriter(sys.argv[1], fmt.make_header(world_size=2, ranks=[0], mode="fake"), mapped=True)
     w.group(0, "default_pg", [0, 1], "world")
     for i in range(int(sys.argv[2])):
         w.row(0, fmt.default_row(op=w.atom("all_reduce"), group=0, seq=i, frame=w.atom(f"train.py:{i % 7}")))
@@ -47,7 +49,7 @@ def test_sigkilled_mapped_writer_keeps_every_event(tmp_path):
 
 def _written(tmp_path, n):
     path = tmp_path / "p.part"
-    w = fmt.TraceWriter(path, fmt.make_header(world_size=1, ranks=[0], mode="fake"), mapped=True)
+    w = TraceWriter(path, fmt.make_header(world_size=1, ranks=[0], mode="fake"), mapped=True)
     w.group(0, "default_pg", [0], "world")
     for i in range(n):
         w.row(0, fmt.default_row(op=w.atom("send"), group=0, seq=i))

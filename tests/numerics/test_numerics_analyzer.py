@@ -13,6 +13,7 @@ from traceformat import format as fmt
 from traceformat import numerics as fmt_numerics
 from traceformat import parts as trace_parts
 from traceformat import reader as trace_reader
+from traceformat.writer import TraceWriter
 
 
 def digest(xs: list[float]) -> tuple[float, float, float]:
@@ -51,7 +52,7 @@ def per_rank(values: dict[int, list[float]], groups: list[list[int]]) -> dict:
 def write(path, steps: dict[int, list[dict]], world: int = 4, mode: str = "local") -> str:
     """A trace of `world` ranks (one all_reduce each per step) with these numerics rows."""
     header = fmt.make_header(world_size=world, ranks=list(range(world)), mode=mode)
-    w = fmt.TraceWriter(str(path), header)
+    w = TraceWriter(str(path), header)
     try:
         w.group(0, "0", list(range(world)), "default_pg")
         for r in range(world):

@@ -12,6 +12,7 @@ from analyzer.checks import run_checks
 from analyzer.loader import load
 from traceformat import format as fmt
 from traceformat.reader import read_trace
+from traceformat.writer import TraceWriter
 from tracer.record.result import RankFailure, failure_lines
 
 FIRST = (
@@ -51,7 +52,7 @@ def test_a_many_line_error_is_kept_whole_and_said_in_one_line(tmp_path):
 
 def test_a_one_line_error_has_no_error_text(tmp_path):
     path = tmp_path / "t.trace"
-    w = fmt.TraceWriter(path, fmt.make_header(world_size=1, ranks=[0], mode="fake"))
+    w = TraceWriter(path, fmt.make_header(world_size=1, ranks=[0], mode="fake"))
     w.end(0, 0, "error", "ValueError: boom (t.py:1 in f)")
     w.footer()
     w.close()

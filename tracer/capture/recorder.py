@@ -21,6 +21,7 @@ import torch.distributed as dist
 from traceformat import format as fmt
 from traceformat.ops import COLLECTIVE_OPS, OPS, P2P_OPS
 from traceformat.parts import part_path
+from traceformat.writer import TraceWriter
 from tracer.capture.attribution import Attribution
 from tracer.capture.code_paths import ProgramCode
 
@@ -87,7 +88,7 @@ class RankStream:
     def __init__(self, rank: int, path: str, header: dict):
         self.rank = rank
         self.path = path
-        self.writer = fmt.TraceWriter(path, header, mapped=True)
+        self.writer = TraceWriter(path, header, mapped=True)
         self.n = 0
         self.gids: dict[GroupRef, int] = {}
         self.seq: dict[Any, int] = defaultdict(int)
@@ -296,7 +297,7 @@ class Recorder:
         error_text: str | None = None,
     ) -> None:
         """Close the streams (of `ranks`, default all) with how the run ended: `error` one line,
-        `error_text` the whole error where it has more lines (fmt.TraceWriter.end)."""
+        `error_text` the whole error where it has more lines (TraceWriter.end)."""
         for r in ranks if ranks is not None else self.ranks:
             self.streams[r].close(status, error, error_text)
 
